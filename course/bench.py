@@ -1,0 +1,242 @@
+"""Honest timing of GPU work, and a spec's benchmark against its library baseline in the same run.
+
+Each timed call: the whole device synchronised, the L2 cache flushed by writing a buffer at least
+twice its size, then CUDA events around the call alone, then synchronised again. Warm-up calls
+(compilation, autotuning) happen before any timing. Repeats continue until the interquartile
+spread is small or a time budget is spent; the median is reported. For a spec, every timed call
+gets fresh inputs and its output is checked, so cached results and skipped work are caught.
+Without a GPU nothing is timed: the report says "not measured: no GPU".
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from course import device, record
+from course.check import check_one
+from course.guard import Guard, trusted
+from course.spec import ExerciseSpec, Shape, geometric_mean, get
+
+NO_GPU = "not measured: no GPU"
+MIN_FLUSH_BYTES = 256 * 2**20
+
+
+def gflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e9
+
+
+def gbps(nbytes: float, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+@dataclass
+class Timing:
+    """Per-call times in milliseconds, in the order measured."""
+
+    times_ms: list[float]
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range over the median."""
+        if len(self.times_ms) < 4:
+            return float("inf")
+        q1, _, q3 = statistics.quantiles(self.times_ms, n=4)
+        return (q3 - q1) / self.median_ms
+
+    @property
+    def repeats(self) -> int:
+        return len(self.times_ms)
+
+
+class _L2Flusher:
+    def __init__(self) -> None:
+        size = max(2 * device.info().l2_bytes, MIN_FLUSH_BYTES)
+        self.buffer = torch.empty(size // 4, dtype=torch.int32, device="cuda")
+
+    def flush(self) -> None:
+        self.buffer.zero_()
+
+
+_flusher: _L2Flusher | None = None
+
+
+def _get_flusher() -> _L2Flusher:
+    global _flusher
+    if _flusher is None:
+        _flusher = _L2Flusher()
+    return _flusher
+
+
+def require_gpu() -> None:
+    if not device.info().has_gpu:
+        raise RuntimeError(NO_GPU)
+
+
+def time_calls(
+    fn: Callable[..., Any],
+    make_args: Callable[[int], tuple] | None = None,
+    *,
+    args: tuple = (),
+    after: Callable[[tuple, Any, int], None] | None = None,
+    warmup: int = 3,
+    min_repeats: int = 10,
+    max_repeats: int = 200,
+    target_spread: float = 0.03,
+    max_seconds: float = 3.0,
+) -> Timing:
+    """Times of ``fn(*make_args(i))`` (or ``fn(*args)``), each call alone on a synchronised device.
+
+    ``make_args(i)`` runs outside the timed region (fresh inputs per call); ``after(args, out, i)``
+    checks each output, also outside it. Inside an active ``Guard`` this harness work is trusted,
+    and only the call itself is watched.
+    """
+    require_gpu()
+    flusher = _get_flusher()
+    fixed = args if make_args is None else None
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for i in range(warmup):
+        with trusted():
+            warm_args = fixed if fixed is not None else make_args(-1 - i)
+        fn(*warm_args)
+    times: list[float] = []
+    began = time.perf_counter()
+    while len(times) < max_repeats:
+        with trusted():
+            call_args = fixed if fixed is not None else make_args(len(times))
+            torch.cuda.synchronize()
+            flusher.flush()
+        start.record()
+        out = fn(*call_args)
+        end.record()
+        with trusted():
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+            if after is not None:
+                after(call_args, out, len(times) - 1)
+        del out
+        enough = len(times) >= min_repeats
+        if enough and (Timing(times).spread <= target_spread or time.perf_counter() - began > max_seconds):
+            break
+    return Timing(times)
+
+
+@dataclass
+class PerfRow:
+    shape: Shape
+    flops: float
+    student: Timing | None = None
+    baseline: Timing | None = None
+    error: str | None = None
+
+    @property
+    def student_gflops(self) -> float:
+        return gflops(self.flops, self.student.median_ms) if self.student and not self.error else 0.0
+
+    @property
+    def baseline_gflops(self) -> float:
+        return gflops(self.flops, self.baseline.median_ms) if self.baseline else 0.0
+
+    @property
+    def vs_baseline(self) -> float:
+        return self.student_gflops / self.baseline_gflops if self.baseline_gflops else 0.0
+
+
+@dataclass
+class PerfReport:
+    spec_id: str
+    device_name: str
+    rows: list[PerfRow] = field(default_factory=list)
+    not_measured: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.not_measured is None
+
+    @property
+    def geomean_gflops(self) -> float:
+        return geometric_mean([r.student_gflops for r in self.rows])
+
+    @property
+    def geomean_vs_baseline(self) -> float:
+        return geometric_mean([r.vs_baseline for r in self.rows])
+
+    def table(self) -> str:
+        if not self.measured:
+            return f"{self.spec_id}: {self.not_measured}"
+        spec = get(self.spec_id)
+        lines = [f"{self.spec_id} on {self.device_name} (median of each; L2 flushed before every call)",
+                 f"{'shape':<26}{'yours ms':>10}{'GFLOP/s':>10}{'cuBLAS ms':>11}{'GFLOP/s':>10}{'ratio':>8}"]
+        for row in self.rows:
+            label = spec.shape_label(row.shape)
+            if row.error:
+                lines.append(f"{label:<26}  {row.error}")
+                continue
+            lines.append(
+                f"{label:<26}{row.student.median_ms:>10.3f}{row.student_gflops:>10.0f}"
+                f"{row.baseline.median_ms:>11.3f}{row.baseline_gflops:>10.0f}{row.vs_baseline:>8.2f}"
+            )
+        lines.append(f"geometric mean: {self.geomean_gflops:.0f} GFLOP/s, "
+                     f"{self.geomean_vs_baseline:.2f} of cuBLAS")
+        return "\n".join(lines)
+
+
+def _time_student(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape) -> tuple[Timing | None, str | None]:
+    failures: list[str] = []
+
+    def make_args(i: int) -> tuple:
+        return spec.make_inputs(shape, 50_000 + i, "cuda")
+
+    def after(args: tuple, out: Any, i: int) -> None:
+        error = spec.spot_error(args, out) if spec.spot_error else None
+        if error is not None and not error <= spec.tolerance:
+            failures.append(f"timed call {i} returned a wrong result (relative error {error:.2e})")
+
+    with Guard():
+        timing = time_calls(fn, make_args, after=after, warmup=1)
+    if failures:
+        return None, failures[0]
+    return timing, None
+
+
+def measure(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
+            shapes: Sequence[Shape] | None = None) -> PerfReport:
+    """Benchmark ``fn`` and the spec's library baseline on each benchmark shape, in this run."""
+    spec = get(spec_id)
+    info = device.info()
+    report = PerfReport(spec.id, info.name)
+    if not info.has_gpu:
+        report.not_measured = NO_GPU
+        record.event("bench", spec=spec.id, measured=False, reason=NO_GPU)
+        return report
+    for i, shape in enumerate(shapes or spec.bench_shapes.gpu):
+        shape = tuple(shape)
+        row = PerfRow(shape, spec.flops(shape))
+        # First call: compiles (timed as compile by the guard's probes) and is checked in full.
+        first = check_one(spec, fn, shape, seed=40_000 + i)
+        with record.timed_phase("benchmarks"):
+            if not first.passed:
+                row.error = f"not timed: {first.message}"
+            else:
+                row.student, row.error = _time_student(spec, fn, shape)
+            row.baseline = time_calls(spec.baseline, lambda j, s=shape: spec.make_inputs(s, 60_000 + j, "cuda"),
+                                      warmup=1)
+        report.rows.append(row)
+        record.event(
+            "bench", spec=spec.id, measured=True, device=info.name, shape=list(shape), flops=row.flops,
+            student_ms=row.student.median_ms if row.student else None,
+            student_spread=row.student.spread if row.student else None,
+            student_repeats=row.student.repeats if row.student else 0,
+            baseline_ms=row.baseline.median_ms, baseline_spread=row.baseline.spread,
+            student_gflops=row.student_gflops, baseline_gflops=row.baseline_gflops, error=row.error,
+        )
+    return report

@@ -1,0 +1,165 @@
+"""Correctness of a student's function against an exercise spec.
+
+Each shape gets fresh seeded random inputs; the call runs under ``course.guard.Guard`` with
+allocations poisoned (NaN), so library matmuls are refused and unwritten elements show; the output's
+type, shape and device are checked, then its relative error against the spec's higher-precision
+reference. NaN and Inf never pass. Messages say which shape failed, by how much, and where.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from course import device, record
+from course.guard import ForbiddenCallError, Guard, KernelDefinedTooEarly, user_cuda_kernels
+from course.spec import ExerciseSpec, Shape, get
+
+VISIBLE = "visible"
+HIDDEN = "hidden"
+
+
+@dataclass
+class CheckResult:
+    spec_id: str
+    shape: Shape
+    passed: bool
+    message: str
+    rel_error: float | None = None
+    tolerance: float | None = None
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        mark = "PASS" if self.passed else "FAIL"
+        return f"[{mark}] {self.message}"
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in fp64; NaN or Inf anywhere in ``out`` gives inf."""
+    out64 = out.detach().to(torch.float64)
+    ref64 = ref.detach().to(out64.device, torch.float64)
+    if not torch.isfinite(out64).all():
+        return math.inf
+    denominator = torch.linalg.vector_norm(ref64).item()
+    numerator = torch.linalg.vector_norm(out64 - ref64).item()
+    return numerator / denominator if denominator > 0 else numerator
+
+
+def _worst_element(out: torch.Tensor, ref: torch.Tensor) -> str:
+    out64 = out.detach().to(torch.float64)
+    ref64 = ref.detach().to(out64.device, torch.float64)
+    bad = ~torch.isfinite(out64)
+    if bad.any():
+        count = int(bad.sum())
+        index = tuple(int(i) for i in torch.nonzero(bad)[0])
+        return (
+            f"{count} of {out64.numel()} elements are NaN or Inf, first at {index} "
+            "(NaN usually means the element was never written: check your masks and grid)"
+        )
+    diff = (out64 - ref64).abs()
+    flat = int(torch.argmax(diff))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape))
+    return f"worst element at {index}: got {out64[index].item():.6g}, expected {ref64[index].item():.6g}"
+
+
+def _explain_exception(error: BaseException) -> str:
+    if isinstance(error, ForbiddenCallError | KernelDefinedTooEarly):
+        return str(error)
+    if isinstance(error, NotImplementedError):
+        return "not implemented yet: the function still raises NotImplementedError"
+    frames = traceback.extract_tb(error.__traceback__)
+    where = f" (line {frames[-1].lineno} of {frames[-1].name})" if frames else ""
+    text = str(error).strip().splitlines()
+    first = text[0] if text else ""
+    return f"raised {type(error).__name__}{where}: {first}"[:500]
+
+
+def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: str) -> CheckResult:
+    """Judge one output against the reference for ``shape``."""
+    label = spec.shape_label(shape)
+
+    def fail(message: str, rel: float | None = None) -> CheckResult:
+        return CheckResult(spec.id, shape, False, f"{label}: {message}", rel, spec.tolerance)
+
+    if not isinstance(out, torch.Tensor):
+        return fail(f"returned {type(out).__name__}, expected a torch.Tensor")
+    expected_shape = tuple(spec.output_shape(shape))
+    if tuple(out.shape) != expected_shape:
+        return fail(f"output shape {tuple(out.shape)}, expected {expected_shape}")
+    if out.dtype != spec.output_dtype:
+        return fail(f"output dtype {out.dtype}, expected {spec.output_dtype} (no downcasting)")
+    if out.device.type != on:
+        return fail(f"output is on {out.device.type}, expected {on}")
+    rel = relative_error(out, ref)
+    if rel <= spec.tolerance:
+        return CheckResult(
+            spec.id, shape, True, f"{label}: relative error {rel:.2e} <= {spec.tolerance:.0e}", rel, spec.tolerance
+        )
+    return fail(f"relative error {rel:.2e} > {spec.tolerance:.0e}; {_worst_element(out, ref)}", rel)
+
+
+def check_one(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: int) -> CheckResult:
+    """Run ``fn`` once on fresh inputs of ``shape`` under the guard and judge its output."""
+    on = device.info().torch_device
+    inputs = spec.make_inputs(shape, seed, on)
+    reference = spec.reference(inputs)
+    started = time.perf_counter()
+    try:
+        with Guard(poison=True) as guard:
+            out = fn(*inputs)
+        if on == "cuda":
+            torch.cuda.synchronize()
+    except Exception as error:  # a student's function may raise anything; it becomes a message
+        result = CheckResult(spec.id, shape, False, f"{spec.shape_label(shape)}: {_explain_exception(error)}")
+        result.seconds = time.perf_counter() - started
+        return result
+    seconds = time.perf_counter() - started
+    if not guard.launched and not (on == "cuda" and user_cuda_kernels(fn, *inputs)):
+        result = CheckResult(
+            spec.id, shape, False, f"{spec.shape_label(shape)}: no Triton or CUDA kernel was launched"
+        )
+    else:
+        result = compare(spec, shape, out, reference, on)
+    result.seconds = seconds
+    return result
+
+
+def shapes_for(spec: ExerciseSpec, which: str | Sequence[Shape]) -> tuple[Shape, ...]:
+    if isinstance(which, str):
+        shape_set = {VISIBLE: spec.visible_shapes, HIDDEN: spec.hidden_shapes}[which]
+        return shape_set.for_device(device.info().has_gpu)
+    return tuple(tuple(s) for s in which)
+
+
+def check(spec_id: str | ExerciseSpec, fn: Callable[..., Any], shapes: str | Sequence[Shape] = VISIBLE,
+          seed: int = 0) -> list[CheckResult]:
+    """Check ``fn`` on each shape ("visible", "hidden" or a list); never raises for a bad ``fn``."""
+    spec = get(spec_id)
+    results = []
+    for i, shape in enumerate(shapes_for(spec, shapes)):
+        # Hidden shapes get other seeds than visible ones, so the two sets never share inputs.
+        offset = 1000 if shapes == HIDDEN else 0
+        with record.timed_phase("checks"):
+            result = check_one(spec, fn, shape, seed + offset + i)
+        record.event("check", which=shapes if isinstance(shapes, str) else "custom", **asdict(result))
+        results.append(result)
+    return results
+
+
+def assert_correct(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
+                   shapes: str | Sequence[Shape] = VISIBLE, seed: int = 0) -> list[CheckResult]:
+    """Check ``fn`` and raise ``AssertionError`` listing every failing shape; print a summary."""
+    spec = get(spec_id)
+    results = check(spec, fn, shapes, seed)
+    report = "\n".join(r.line() for r in results)
+    if not all(r.passed for r in results):
+        failed = sum(not r.passed for r in results)
+        raise AssertionError(f"{spec.title}: {failed} of {len(results)} shapes failed\n{report}")
+    print(f"{spec.title}: all {len(results)} shapes correct\n{report}")
+    return results

@@ -1,0 +1,108 @@
+"""Week 1 Day 7: a tiled fp32 matmul, C = A @ B, graded in full fp32 (``input_precision="ieee"``).
+
+TF32 would be several times faster on tensor cores but rounds the inputs to 10 mantissa bits,
+a relative error near 1e-4 to 1e-3: the 1e-5 tolerance below refuses it, so the exercise grades
+true fp32 arithmetic and compares it with cuBLAS's fp32 SGEMM (TF32 off) in the same run.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import torch
+
+from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
+
+
+def make_inputs(shape: Shape, seed: int, device: str) -> Inputs:
+    m, n, k = shape
+    generator = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn((m, k), generator=generator, device=device, dtype=torch.float32)
+    b = torch.randn((k, n), generator=generator, device=device, dtype=torch.float32)
+    return a, b
+
+
+def reference(inputs: Inputs) -> torch.Tensor:
+    a, b = inputs
+    return a.double() @ b.double()
+
+
+def cublas_fp32(inputs: Inputs) -> torch.Tensor:
+    """cuBLAS SGEMM with TF32 off: the library doing exactly what the exercise asks."""
+    a, b = inputs
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        return torch.mm(a, b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def freivalds_error(inputs: Inputs, out: torch.Tensor) -> float:
+    """||C x - A (B x)|| / ||A (B x)|| for random x in fp64: O(n^2) and catches any wrong region."""
+    a, b = inputs
+    # A fresh secret vector each call, so no output can be shaped to pass a known test.
+    generator = torch.Generator(device=out.device).manual_seed(secrets.randbits(63))
+    x = torch.randn((b.shape[1], 2), generator=generator, device=out.device, dtype=torch.float64)
+    expected = a.double() @ (b.double() @ x)
+    got = out.double() @ x
+    return float(torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected))
+
+
+SPEC = register(
+    ExerciseSpec(
+        id="w1d7.matmul_fp32",
+        title="Tiled fp32 matmul (Week 1, Day 7)",
+        function="matmul",
+        dims=("M", "N", "K"),
+        precision="fp32-ieee",
+        output_dtype=torch.float32,
+        make_inputs=make_inputs,
+        reference=reference,
+        baseline=cublas_fp32,
+        output_shape=lambda shape: (shape[0], shape[1]),
+        flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
+        bytes_moved=lambda shape: 4.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
+        # Non-square shapes, shapes that are not multiples of any power-of-two tile, and a
+        # single row: a kernel without masks, or right only for multiples of 64, fails these.
+        visible_shapes=ShapeSet(
+            gpu=((512, 512, 512), (1000, 1030, 515), (1, 300, 257)),
+            cpu=((64, 64, 64), (100, 70, 90), (1, 33, 65)),
+        ),
+        hidden_shapes=ShapeSet(
+            gpu=((2048, 1024, 768), (129, 65, 1027), (3001, 17, 64)),
+            cpu=((130, 65, 33), (17, 129, 31), (3, 5, 200)),
+        ),
+        bench_shapes=ShapeSet(
+            gpu=((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (3000, 2000, 1500)),
+            cpu=(),
+        ),
+        thresholds=(
+            Threshold(
+                name="floor",
+                kind="absolute",
+                points=1.0,
+                bands=((500.0, 1.0),),
+                precision="fp32 (ieee)",
+                description="at least 500 GFLOP/s (geometric mean over the benchmark shapes)",
+            ),
+            Threshold(
+                name="vs_cublas",
+                kind="vs_baseline",
+                points=2.0,
+                bands=((0.25, 0.25), (0.40, 0.5), (0.55, 0.75), (0.70, 1.0)),
+                precision="fp32 (ieee) against cuBLAS SGEMM with TF32 off",
+                description="speed as a fraction of cuBLAS fp32, same run; full points at 70%",
+            ),
+            Threshold(
+                name="vs_reference",
+                kind="vs_reference",
+                points=2.0,
+                bands=((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
+                precision="fp32 (ieee) against the course's reference kernel",
+                description="speed as a fraction of the reference solution, same run; full points at 85%",
+            ),
+        ),
+        spot_error=freivalds_error,
+    )
+)

@@ -1,0 +1,163 @@
+"""The exercise-spec format and the registry that finds a spec by id.
+
+One spec per graded exercise says what "correct" and "fast" mean: how inputs are made, the
+higher-precision reference, the tolerance, the shapes checked and benchmarked, and the
+performance thresholds. The notebook's test cells, the grader and the test suite all read it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+Shape = tuple[int, ...]
+Inputs = tuple[torch.Tensor, ...]
+
+# Largest allowed ||out - ref|| / ||ref|| for each precision an exercise may compute in.
+TOLERANCES = {
+    "fp32-ieee": 1e-5,
+    "tf32": 5e-3,
+    "fp16": 1e-2,
+    "bf16": 1e-2,
+}
+
+THRESHOLD_KINDS = ("absolute", "vs_baseline", "vs_reference")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One performance item. ``bands`` maps a measured level to the fraction of ``points`` earned.
+
+    The level is GFLOP/s for "absolute"; for "vs_baseline" (cuBLAS or torch, same run) and
+    "vs_reference" (the course's reference solution, same run) it is the geometric mean over the
+    benchmark shapes of the per-shape speed ratio.
+    """
+
+    name: str
+    kind: str
+    points: float
+    bands: tuple[tuple[float, float], ...]
+    precision: str
+    description: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in THRESHOLD_KINDS:
+            raise ValueError(f"threshold kind must be one of {THRESHOLD_KINDS}, not {self.kind!r}")
+        levels = [level for level, _ in self.bands]
+        credits = [credit for _, credit in self.bands]
+        if levels != sorted(levels) or credits != sorted(credits) or not 0 < credits[-1] <= 1:
+            raise ValueError(f"bands of {self.name} must rise in level and credit, ending at most 1")
+
+    @property
+    def full_level(self) -> float:
+        return self.bands[-1][0]
+
+    def credit(self, level: float) -> float:
+        """Fraction of the points earned at a measured level (0 below the lowest band)."""
+        earned = 0.0
+        for band_level, band_credit in self.bands:
+            if level >= band_level:
+                earned = band_credit
+        return earned
+
+    def score(self, level: float) -> float:
+        return round(self.points * self.credit(level), 4)
+
+
+@dataclass(frozen=True)
+class ShapeSet:
+    """Shapes for one purpose, with a smaller set for the CPU interpreter."""
+
+    gpu: tuple[Shape, ...]
+    cpu: tuple[Shape, ...]
+
+    def for_device(self, has_gpu: bool) -> tuple[Shape, ...]:
+        return self.gpu if has_gpu else self.cpu
+
+
+@dataclass(frozen=True)
+class ExerciseSpec:
+    """Everything the notebook, the grader and the tests need to judge one graded function."""
+
+    id: str
+    title: str
+    function: str  # the name the student's notebook defines, e.g. "matmul"
+    dims: tuple[str, ...]  # names of the shape's entries, e.g. ("M", "N", "K")
+    precision: str  # a key of TOLERANCES
+    output_dtype: torch.dtype
+    make_inputs: Callable[[Shape, int, str], Inputs]
+    reference: Callable[[Inputs], torch.Tensor]  # fp64 (or fp32 without TF32) answer
+    baseline: Callable[[Inputs], torch.Tensor]  # the library call (cuBLAS) timed beside the student
+    output_shape: Callable[[Shape], Shape]
+    flops: Callable[[Shape], float]
+    bytes_moved: Callable[[Shape], float]
+    visible_shapes: ShapeSet
+    hidden_shapes: ShapeSet
+    bench_shapes: ShapeSet
+    thresholds: tuple[Threshold, ...]
+    # Cheap check of a timed call's output (e.g. Freivalds' test); returns a relative error.
+    spot_error: Callable[[Inputs, torch.Tensor], float] | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tolerance(self) -> float:
+        return TOLERANCES[self.precision]
+
+    def shape_label(self, shape: Shape) -> str:
+        return ", ".join(f"{d}={n}" for d, n in zip(self.dims, shape, strict=True))
+
+    def threshold(self, name: str) -> Threshold:
+        for threshold in self.thresholds:
+            if threshold.name == name:
+                return threshold
+        raise KeyError(f"{self.id} has no threshold {name!r}")
+
+    def grade_id(self, threshold: Threshold) -> str:
+        """The nbgrader grade-cell id that carries a threshold's points in the notebook."""
+        return f"perf_{self.id.replace('.', '_')}_{threshold.name}"
+
+
+_REGISTRY: dict[str, ExerciseSpec] = {}
+# Modules that define specs, imported on first lookup so that `import course` stays light.
+SPEC_MODULES = ("course.exercises.matmul_fp32",)
+
+
+def register(spec: ExerciseSpec) -> ExerciseSpec:
+    if spec.id in _REGISTRY and _REGISTRY[spec.id] is not spec:
+        raise ValueError(f"two specs share the id {spec.id!r}")
+    _REGISTRY[spec.id] = spec
+    return spec
+
+
+def _load_all() -> None:
+    for module in SPEC_MODULES:
+        importlib.import_module(module)
+
+
+def get(spec_id: str | ExerciseSpec) -> ExerciseSpec:
+    """Find a spec by id (a spec passed in is returned unchanged)."""
+    if isinstance(spec_id, ExerciseSpec):
+        return spec_id
+    _load_all()
+    try:
+        return _REGISTRY[spec_id]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise KeyError(f"no exercise spec {spec_id!r} (known: {known})") from None
+
+
+def all_specs() -> list[ExerciseSpec]:
+    _load_all()
+    return [spec for _, spec in sorted(_REGISTRY.items())]
+
+
+def geometric_mean(values: Sequence[float]) -> float:
+    """Geometric mean of positive values (0 if any value is not positive)."""
+    if not values or any(v <= 0 or math.isnan(v) for v in values):
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))

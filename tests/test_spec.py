@@ -1,0 +1,76 @@
+import pytest
+import torch
+
+from course import spec
+from course.exercises.matmul_fp32 import SPEC, freivalds_error
+
+
+def test_registry_finds_specs_by_id():
+    assert spec.get("w1d7.matmul_fp32") is SPEC
+    assert spec.get(SPEC) is SPEC
+    assert SPEC in spec.all_specs()
+
+
+def test_unknown_spec_names_the_known_ones():
+    with pytest.raises(KeyError, match="w1d7.matmul_fp32"):
+        spec.get("no.such.exercise")
+
+
+def test_threshold_bands_give_partial_credit():
+    t = SPEC.threshold("vs_cublas")
+    assert t.credit(0.1) == 0.0
+    assert t.credit(0.45) == 0.5
+    assert t.credit(0.7) == 1.0
+    assert t.score(0.56) == pytest.approx(1.5)
+
+
+def test_threshold_rejects_bands_that_do_not_rise():
+    with pytest.raises(ValueError):
+        spec.Threshold("x", "absolute", 1.0, ((2.0, 1.0), (1.0, 0.5)), "fp32", "bad")
+    with pytest.raises(ValueError):
+        spec.Threshold("x", "fastest", 1.0, ((1.0, 1.0),), "fp32", "bad")
+
+
+def test_every_threshold_names_its_precision():
+    for threshold in SPEC.thresholds:
+        assert "fp32" in threshold.precision
+
+
+def test_geometric_mean():
+    assert spec.geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert spec.geometric_mean([1.0, 0.0]) == 0.0
+    assert spec.geometric_mean([]) == 0.0
+
+
+@pytest.mark.parametrize("shape_set", [SPEC.visible_shapes, SPEC.hidden_shapes])
+def test_test_shapes_include_ragged_and_non_square_sizes(shape_set):
+    for shapes in (shape_set.gpu, shape_set.cpu):
+        assert any(any(n % 64 for n in shape) for shape in shapes)
+        assert any(len(set(shape)) > 1 for shape in shapes)
+
+
+def test_inputs_are_random_seeded_and_never_zero():
+    a1, b1 = SPEC.make_inputs((8, 9, 10), 3, "cpu")
+    a2, _ = SPEC.make_inputs((8, 9, 10), 3, "cpu")
+    a3, _ = SPEC.make_inputs((8, 9, 10), 4, "cpu")
+    assert a1.shape == (8, 10) and b1.shape == (10, 9)
+    assert torch.equal(a1, a2) and not torch.equal(a1, a3)
+    assert a1.abs().sum() > 0
+
+
+def test_reference_is_fp64():
+    inputs = SPEC.make_inputs((5, 6, 7), 0, "cpu")
+    assert SPEC.reference(inputs).dtype == torch.float64
+
+
+def test_freivalds_catches_one_wrong_element():
+    inputs = SPEC.make_inputs((256, 200, 128), 0, "cpu")
+    good = (inputs[0].double() @ inputs[1].double()).float()
+    assert freivalds_error(inputs, good) < SPEC.tolerance
+    bad = good.clone()
+    bad[17, 33] += 10.0
+    assert freivalds_error(inputs, bad) > SPEC.tolerance
+
+
+def test_grade_ids_follow_the_spec():
+    assert SPEC.grade_id(SPEC.threshold("floor")) == "perf_w1d7_matmul_fp32_floor"
