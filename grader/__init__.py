@@ -1,0 +1,8 @@
+"""The TA-side harness: release, sanitize, execute, score, export, feedback and dispatch.
+
+Data flows one way: solutions/ -> release -> student notebooks; a submission -> sanitize ->
+execute (papermill) -> score (nbgrader gradebook) -> export (CSV) and feedback (HTML).
+"""
+
+# Part of every result's identity: a notebook graded by another version is graded again.
+GRADER_VERSION = "0.1.0"

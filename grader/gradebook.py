@@ -1,0 +1,51 @@
+"""The nbgrader gradebook (SQLite): assignments from the master notebooks, grades from results.
+
+Only the coordinating process writes here. The file is stock nbgrader's, so ``nbgrader export``
+and formgrader read it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbformat import NotebookNode
+from nbgrader.api import Gradebook
+from nbgrader.preprocessors import SaveAutoGrades, SaveCells
+
+from grader.layout import CourseNotebook
+from grader.release import master_version
+from grader.results import NotebookResult
+
+
+def db_url(out: Path) -> str:
+    return f"sqlite:///{(out / 'gradebook.db').resolve()}"
+
+
+def register(url: str, notebooks: list[CourseNotebook]) -> None:
+    """Record each notebook's master cells (sources, checksums, points), as generate_assignment does."""
+    with Gradebook(url) as gb:
+        for assignment in sorted({nb.assignment for nb in notebooks}):
+            gb.update_or_create_assignment(assignment)
+    for notebook in notebooks:
+        resources = {"nbgrader": {"notebook": notebook.name, "assignment": notebook.assignment, "db_url": url}}
+        SaveCells().preprocess(master_version(notebook), resources)
+
+
+def record(url: str, result: NotebookResult, executed: NotebookNode | None) -> None:
+    """Store one notebook's grades: nbgrader's autogrades first, then the grader's item scores."""
+    with Gradebook(url) as gb:
+        gb.update_or_create_student(result.student)
+        gb.update_or_create_submission(result.assignment, result.student)
+    if executed is not None:
+        resources = {"nbgrader": {"notebook": result.notebook, "assignment": result.assignment,
+                                  "student": result.student, "db_url": url}}
+        SaveAutoGrades().preprocess(executed, resources)
+    scored = {item.item: item for item in result.items}
+    with Gradebook(url) as gb:
+        submission = gb.find_submission_notebook(result.notebook, result.assignment, result.student)
+        for grade in submission.grades:
+            item = scored.get(grade.name)
+            # Cells without an item (the notebook never ran) score 0, as nbgrader does for missing work.
+            grade.auto_score = item.score if item else 0.0
+            grade.needs_manual_grade = item is not None and item.score is None
+        gb.db.commit()
