@@ -23,8 +23,8 @@ def parse_answers(text: str) -> dict[str, str]:
     """Map grade id -> cell source from a demo file."""
     marks = list(_SECTION.finditer(text))
     answers = {}
-    for mark, following in zip(marks, [*marks[1:], None], strict=True):
-        end = following.start() if following else len(text)
+    ends = [m.start() for m in marks[1:]] + [len(text)] if marks else []
+    for mark, end in zip(marks, ends, strict=True):
         answers[mark.group(1)] = text[mark.end():end].strip("\n") + "\n"
     return answers
 

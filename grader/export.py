@@ -66,7 +66,7 @@ def item_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
                          "score": "" if item.score is None else f"{item.score:g}",
                          "max_score": f"{item.max_score:g}", "status": item.status, "measured": item.measured,
                          "threshold": item.threshold, "notebook_status": result.status,
-                         "message": item.message.splitlines()[0][:300] if item.message else ""})
+                         "message": " | ".join(item.message.splitlines())[:600]})
     return rows
 
 

@@ -6,15 +6,35 @@ and formgrader read it.
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import warnings
 from pathlib import Path
 
 from nbformat import NotebookNode
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import SaveAutoGrades, SaveCells
+from sqlalchemy.exc import SAWarning
 
 from grader.layout import CourseNotebook
 from grader.release import master_version
 from grader.results import NotebookResult
+
+
+def _put_alembic_on_path() -> None:
+    """nbgrader's Gradebook runs the `alembic` command; find it beside this Python or its package."""
+    if shutil.which("alembic"):
+        return
+    import alembic
+
+    for folder in (Path(sys.executable).parent, Path(alembic.__file__).resolve().parents[1] / "bin"):
+        if (folder / "alembic").exists():
+            os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+            return
+
+
+_put_alembic_on_path()
 
 
 def db_url(out: Path) -> str:
@@ -33,7 +53,9 @@ def register(url: str, notebooks: list[CourseNotebook]) -> None:
 
 def record(url: str, result: NotebookResult, executed: NotebookNode | None) -> None:
     """Store one notebook's grades: nbgrader's autogrades first, then the grader's item scores."""
-    with Gradebook(url) as gb:
+    with Gradebook(url) as gb, warnings.catch_warnings():
+        # nbgrader's own autoflush while creating a submission warns harmlessly (SQLAlchemy SAWarning).
+        warnings.simplefilter("ignore", SAWarning)
         gb.update_or_create_student(result.student)
         gb.update_or_create_submission(result.assignment, result.student)
     if executed is not None:

@@ -48,9 +48,16 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return events
 
 
-def _ran(cell: NotebookNode) -> bool:
-    status = cell.get("metadata", {}).get("papermill", {}).get("status")
-    return cell.get("execution_count") is not None and status != "pending"
+def _run_state(cell: NotebookNode) -> str:
+    """"completed", "interrupted" (the run ended while the cell ran) or "not run".
+
+    Read from nbclient's per-cell timing stamps: papermill marks every unfinished cell "completed"
+    when a run ends, so its own status cannot tell a cell that crashed from one that passed.
+    """
+    stamps = cell.get("metadata", {}).get("execution", {})
+    if "shell.execute_reply" in stamps or "iopub.status.idle" in stamps:
+        return "completed"
+    return "interrupted" if stamps else "not run"
 
 
 def without_harmless_stderr(cell: NotebookNode) -> NotebookNode:
@@ -92,9 +99,12 @@ def correctness_items(nb: NotebookNode, notebook_status: str) -> list[ItemResult
             items.append(ItemResult(grade_id, results.CORRECTNESS, score, max_score, status,
                                     "needs manual grading" if score is None else "no answer given"))
             continue
-        if not _ran(cell):
-            why = "not run: the notebook stopped before this cell" if notebook_status != results.OK else "not run"
-            items.append(ItemResult(grade_id, results.CORRECTNESS, 0.0, max_score, results.NOT_RUN, why))
+        state = _run_state(cell)
+        if state != "completed":
+            why = (f"the run ended ({notebook_status}) while this cell was running" if state == "interrupted"
+                   else f"not run: the run ended ({notebook_status}) before this cell")
+            status = results.FAILED if state == "interrupted" else results.NOT_RUN
+            items.append(ItemResult(grade_id, results.CORRECTNESS, 0.0, max_score, status, why))
             continue
         score, _ = determine_grade(without_harmless_stderr(cell))
         score = float(score or 0.0)
