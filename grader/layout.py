@@ -93,7 +93,8 @@ def find_submissions(root: Path) -> tuple[list[Submission], list[str]]:
                 continue
             submitted.add((assignment, name))
             found.append(Submission(student_dir.name, assignment, name, path))
-        assignments = {a for a, _ in submitted}
+        # An assignment folder a student made counts as an attempt: each expected notebook not in it is missing.
+        assignments = {a for a, _ in submitted} | {p.name for p in student_dir.iterdir() if p.is_dir()}
         for assignment, name in sorted(expected):
             if assignment in assignments and (assignment, name) not in submitted:
                 found.append(Submission(student_dir.name, assignment, name, None))

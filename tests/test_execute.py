@@ -1,0 +1,63 @@
+"""Every way a run can end is a status: finished, a cell over its limit, the notebook over its limit, a dead kernel."""
+
+import nbformat
+import pytest
+
+from grader import results
+from grader.execute import Job, execute, scrubbed_environment
+
+
+def _notebook(tmp_path, *sources):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    path = tmp_path / "nb.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+def _run(tmp_path, *sources, **limits):
+    path = _notebook(tmp_path, *sources)
+    job = Job(notebook=str(path), workdir=str(tmp_path / "work"), device="cpu", **limits)
+    return job, execute(job)
+
+
+def test_a_finished_run_is_ok_and_keeps_errors_as_outputs(tmp_path):
+    job, outcome = _run(tmp_path, "print('hello')", "1 / 0", "print('after')")
+    assert outcome.status == results.OK, outcome.message
+    executed = nbformat.read(str(job.executed_path), as_version=4)
+    assert executed.cells[-1].outputs[0]["text"].strip() == "after"
+    assert outcome.timings["kernel_start"] > 0
+
+
+def test_parameters_are_injected(tmp_path):
+    job, outcome = _run(tmp_path, "print(device, grading, bench_shapes)")
+    executed = nbformat.read(str(job.executed_path), as_version=4)
+    assert "cpu True None" in executed.cells[-1].outputs[0]["text"]
+
+
+def test_a_cell_over_its_limit_is_a_timeout(tmp_path):
+    _, outcome = _run(tmp_path, "import time\ntime.sleep(60)", cell_timeout=3)
+    assert outcome.status == results.TIMEOUT and "cell" in outcome.message
+
+
+def test_a_notebook_over_its_limit_is_killed(tmp_path):
+    _, outcome = _run(tmp_path, "import time\ntime.sleep(60)", cell_timeout=100, notebook_timeout=8)
+    assert outcome.status == results.TIMEOUT and "notebook" in outcome.message
+
+
+def test_a_dead_kernel_is_a_status(tmp_path):
+    _, outcome = _run(tmp_path, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    assert outcome.status == results.KERNEL_DIED
+
+
+def test_the_notebook_sees_a_scrubbed_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("SECRET_TOKEN", "do-not-leak")
+    env = scrubbed_environment(Job(notebook="x", workdir=str(tmp_path), device="cpu"))
+    assert "SECRET_TOKEN" not in env
+    assert env["HOME"].startswith(str(tmp_path)) and env["COURSE_DEVICE"] == "cpu"
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_the_device_reaches_the_notebook(tmp_path, device):
+    env = scrubbed_environment(Job(notebook="x", workdir=str(tmp_path), device=device, gpu="1"))
+    assert env["COURSE_DEVICE"] == device and env["CUDA_VISIBLE_DEVICES"] == "1"

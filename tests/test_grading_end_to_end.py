@@ -1,0 +1,143 @@
+"""`make grade` on the demo class plus the awkward cases, through the real pipeline, on this machine."""
+
+import csv
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from grader import demo, results
+from grader.layout import course_notebooks
+from grader.pipeline import Settings, grade, resolve_device
+from grader.release import student_version
+from tests.conftest import HAS_GPU
+
+pytestmark = pytest.mark.slow
+NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
+
+
+def _class(root):
+    demo.build(root)
+    edited = student_version(NOTEBOOK)
+    for cell in edited.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "test_matmul_visible":
+            cell.source = "pass"
+    (root / "edits_tests" / "week1").mkdir(parents=True)
+    nbformat.write(edited, str(root / "edits_tests" / "week1" / "day7_fast_matmul.ipynb"))
+    (root / "corrupt" / "week1").mkdir(parents=True)
+    (root / "corrupt" / "week1" / "day7_fast_matmul.ipynb").write_text("{ this is not a notebook")
+    (root / "misnamed" / "week1").mkdir(parents=True)
+    (root / "misnamed" / "week1" / "day7.ipynb").write_text("{}")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("class")
+    out = tmp_path_factory.mktemp("grades")
+    _class(root)
+    device, name = resolve_device("auto")
+    notes = []
+    all_results = grade(root, out, Settings(device=device, device_name=name, jobs=2), log=notes.append)
+    return root, out, {r.student: r for r in all_results}, notes
+
+
+def _items(result):
+    return {i.item: i for i in result.items}
+
+
+def test_correct_students_get_every_correctness_point(graded):
+    _, _, by_student, _ = graded
+    for student in ("fast_correct", "slow_correct"):
+        items = _items(by_student[student])
+        assert by_student[student].status == results.OK
+        for name in ("test_matmul_visible", "test_matmul_hidden"):
+            assert items[name].score == items[name].max_score, items[name].message
+
+
+def test_the_wrong_kernel_scores_zero_and_says_where(graded):
+    items = _items(graded[2]["wrong_no_masks"])
+    assert items["test_matmul_visible"].score == 0 and "NaN" in items["test_matmul_visible"].message
+    assert items["test_matmul_hidden"].score == 0
+
+
+def test_the_library_call_scores_zero_and_is_named(graded):
+    items = _items(graded[2]["calls_torch"])
+    assert items["test_matmul_visible"].score == 0
+    assert "not allowed inside a graded function" in items["test_matmul_visible"].message
+
+
+def test_the_unchanged_stub_scores_zero(graded):
+    result = graded[2]["unchanged_stub"]
+    assert result.status == results.OK and result.score == 0
+    assert "not implemented" in _items(result)["test_matmul_visible"].message
+
+
+def test_the_crash_is_a_status_and_the_batch_goes_on(graded):
+    result = graded[2]["crashes"]
+    expected = results.CUDA_ERROR if HAS_GPU else results.KERNEL_DIED
+    assert result.status == expected and result.score == 0
+    assert graded[2]["fast_correct"].status == results.OK
+
+
+def test_edited_tests_are_restored_and_noted(graded):
+    result = graded[2]["edits_tests"]
+    assert _items(result)["test_matmul_visible"].score == 0
+    assert any("test_matmul_visible" in note for note in result.integrity)
+
+
+def test_a_corrupt_notebook_is_a_status(graded):
+    assert graded[2]["corrupt"].status == results.CORRUPT
+
+
+def test_a_misnamed_notebook_is_reported(graded):
+    _, _, by_student, notes = graded
+    assert any("day7.ipynb" in note and "not a notebook of this course" in note for note in notes)
+    assert by_student["misnamed"].status == results.MISSING
+
+
+@pytest.mark.skipif(HAS_GPU, reason="on a GPU performance is measured")
+def test_performance_is_pending_on_a_cpu(graded):
+    perf = [i for i in graded[2]["fast_correct"].items if i.kind == results.PERFORMANCE]
+    assert len(perf) == 3 and all(i.status == results.PENDING and i.score is None for i in perf)
+
+
+@pytest.mark.gpu
+def test_performance_ranks_the_fast_student_above_the_slow_one(graded):
+    def perf(student):
+        return sum(i.score or 0 for i in graded[2][student].items if i.kind == results.PERFORMANCE)
+
+    assert perf("fast_correct") > perf("slow_correct")
+
+
+def test_outputs_for_the_ta(graded):
+    _, out, by_student, _ = graded
+    from grader.export import export
+    from grader.feedback import write_pages
+
+    export(list(by_student.values()), out)
+    index = write_pages(list(by_student.values()), out)
+    rows = list(csv.DictReader((out / "grades.csv").open()))
+    assert {r["student_id"] for r in rows} >= {"fast_correct", "corrupt", "crashes"}
+    assert {r["kind"] for r in rows} == {"correctness", "performance"}
+    page = (out / "feedback" / "fast_correct" / "week1-day7_fast_matmul.html").read_text()
+    assert "test_matmul_hidden" in page and "matmul_kernel" in page
+    assert "fast_correct" in index.read_text()
+
+
+def test_stock_nbgrader_export_reads_the_gradebook(graded):
+    _, out, _, _ = graded
+    target = out / "nbgrader.csv"
+    subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--CourseDirectory.db_url=sqlite:///{out}/gradebook.db",
+                    f"--CsvExportPlugin.to={target}"], cwd=out, check=True, capture_output=True)
+    rows = {r["student_id"]: r for r in csv.DictReader(target.open())}
+    assert float(rows["fast_correct"]["score"]) >= 5 and float(rows["unchanged_stub"]["score"]) == 0
+
+
+def test_a_second_run_keeps_what_is_graded(graded):
+    root, out, by_student, _ = graded
+    device, name = resolve_device("auto")
+    notes = []
+    again = grade(root, out, Settings(device=device, device_name=name), log=notes.append)
+    assert any("already graded" in note for note in notes)
+    assert {r.student: r.score for r in again} == {s: r.score for s, r in by_student.items()}

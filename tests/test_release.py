@@ -1,0 +1,61 @@
+"""Student notebooks are generated from solutions/, hold only stubs, and never drift."""
+
+import json
+
+import nbformat
+import pytest
+from nbgrader.utils import is_grade, is_locked, is_solution
+
+from course.spec import all_specs
+from grader import release
+from grader.layout import course_notebooks
+
+NOTEBOOKS = course_notebooks()
+
+
+def test_there_is_at_least_one_course_notebook():
+    assert any(nb.key == "week1/day7_fast_matmul" for nb in NOTEBOOKS)
+
+
+def test_committed_student_notebooks_match_a_fresh_release():
+    assert release.drifted() == []
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.key for nb in NOTEBOOKS])
+def test_student_notebooks_hold_stubs_not_solutions(notebook):
+    text = notebook.student_path.read_text()
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+    student = nbformat.read(str(notebook.student_path), as_version=4)
+    solution_cells = [c for c in student.cells if is_solution(c)]
+    assert solution_cells and all("raise NotImplementedError()" in c.source for c in solution_cells)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.key for nb in NOTEBOOKS])
+def test_locked_cells_carry_checksums(notebook):
+    student = nbformat.read(str(notebook.student_path), as_version=4)
+    locked = [c for c in student.cells if is_locked(c)]
+    assert locked and all(c.metadata.nbgrader.get("checksum") for c in locked)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[nb.key for nb in NOTEBOOKS])
+def test_notebooks_are_committed_without_outputs(notebook):
+    for path in (notebook.solution_path, notebook.student_path):
+        for cell in json.loads(path.read_text())["cells"]:
+            assert not cell.get("outputs") and cell.get("execution_count") is None, path
+
+
+def test_hidden_tests_stay_in_the_master_copy():
+    notebook = next(nb for nb in NOTEBOOKS if nb.key == "week1/day7_fast_matmul")
+    master = release.master_version(notebook)
+    hidden = next(c for c in master.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "test_matmul_hidden")
+    assert '"hidden"' in hidden.source
+
+
+def test_performance_cells_match_their_spec():
+    notebook = next(nb for nb in NOTEBOOKS if nb.key == "week1/day7_fast_matmul")
+    cells = {c.metadata.nbgrader["grade_id"]: c for c in release.master_version(notebook).cells if is_grade(c)}
+    spec = next(s for s in all_specs() if s.id == "w1d7.matmul_fp32")
+    for threshold in spec.thresholds:
+        cell = cells[spec.grade_id(threshold)]
+        assert float(cell.metadata.nbgrader["points"]) == threshold.points
+        assert f'"{threshold.name}"' in cell.source

@@ -1,0 +1,71 @@
+"""Locked and test cells come back from the master copy; unreadable files become a status."""
+
+import nbformat
+import pytest
+
+from grader import gradebook, results
+from grader.layout import course_notebooks
+from grader.release import student_version
+from grader.sanitize import sanitize
+
+NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gradebook")
+    url = gradebook.db_url(out)
+    gradebook.register(url, [NOTEBOOK])
+    return url
+
+
+def _cell(nb, grade_id):
+    return next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def _sanitize(tmp_path, nb, db):
+    path = tmp_path / "submitted.ipynb"
+    nbformat.write(nb, str(path))
+    return sanitize(path, NOTEBOOK.assignment, NOTEBOOK.name, "student", db)
+
+
+def test_an_edited_test_cell_is_restored_with_its_hidden_tests(tmp_path, db):
+    nb = student_version(NOTEBOOK)
+    _cell(nb, "test_matmul_visible").source = "pass  # trust me"
+    cleaned = _sanitize(tmp_path, nb, db)
+    assert cleaned.status == results.OK
+    assert "assert_correct" in _cell(cleaned.notebook, "test_matmul_visible").source
+    assert '"hidden"' in _cell(cleaned.notebook, "test_matmul_hidden").source
+    assert any("test_matmul_visible" in note for note in cleaned.notes)
+
+
+def test_a_deleted_test_cell_is_added_back(tmp_path, db):
+    nb = student_version(NOTEBOOK)
+    nb.cells = [c for c in nb.cells if c is not _cell(nb, "test_matmul_hidden")]
+    cleaned = _sanitize(tmp_path, nb, db)
+    assert "assert_correct" in _cell(cleaned.notebook, "test_matmul_hidden").source
+    assert any("test_matmul_hidden" in note for note in cleaned.notes)
+
+
+def test_a_retyped_test_cell_is_turned_back_into_code(tmp_path, db):
+    nb = student_version(NOTEBOOK)
+    cell = _cell(nb, "test_matmul_visible")
+    cell.cell_type = "markdown"
+    del cell["outputs"], cell["execution_count"]
+    cleaned = _sanitize(tmp_path, nb, db)
+    assert _cell(cleaned.notebook, "test_matmul_visible").cell_type == "code"
+
+
+def test_the_students_answers_are_kept(tmp_path, db):
+    nb = student_version(NOTEBOOK)
+    _cell(nb, "matmul_kernel").source = "def matmul(a, b):\n    return 'mine'"
+    cleaned = _sanitize(tmp_path, nb, db)
+    assert _cell(cleaned.notebook, "matmul_kernel").source.endswith("return 'mine'")
+
+
+@pytest.mark.parametrize("content", [b"{ not json", b"", b'{"cells": 3}', b"\xff\xfe garbage"])
+def test_an_unreadable_file_is_corrupt_not_a_crash(tmp_path, db, content):
+    path = tmp_path / "submitted.ipynb"
+    path.write_bytes(content)
+    cleaned = sanitize(path, NOTEBOOK.assignment, NOTEBOOK.name, "student", db)
+    assert cleaned.status == results.CORRUPT and "notebook" in cleaned.message
