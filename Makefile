@@ -13,7 +13,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 REQUIREMENTS := requirements/base.txt requirements/constraints.txt $(if $(SYSTEM_SITE_PACKAGES),,requirements/torch-cpu.txt)
 
-.PHONY: setup test test-gpu lint release check-release grade check bench clean
+.PHONY: setup test lint release check-release grade check bench clean
 
 setup: $(STAMP)
 
@@ -46,7 +46,7 @@ check: setup
 	$(PY) -m grader check $(NB) --device $(DEVICE)
 
 bench: setup
-	$(PY) bench/run_gpu_checks.py
+	$(PY) bench/gpu_measurements.py
 
 clean:
 	rm -rf build .pytest_cache

@@ -1,0 +1,96 @@
+"""GPU measurements quoted by the course (bench/RESULTS.md): run on a GPU machine, from the repo root.
+
+    python bench/gpu_measurements.py [--json results.json]
+
+Measures the copy bandwidth and cuBLAS rates at 4096, checks course.bench against
+triton.testing.do_bench on torch.mm (fp16, 4096), and times the Day 7 reference kernel (taken
+from the solution notebook) against cuBLAS fp32 over the exercise's benchmark shapes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import course
+import torch
+import triton.testing
+
+from course import bench
+from course.spec import get
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def copy_bandwidth() -> float:
+    src = torch.randn(256 * 2**20 // 4, device="cuda")
+    dst = torch.empty_like(src)
+    timing = bench.time_calls(dst.copy_, args=(src,), min_repeats=20)
+    return bench.gbps(2 * src.numel() * 4, timing.median_ms)
+
+
+def cublas_rates(n: int = 4096) -> dict[str, float]:
+    rates = {}
+    for label, dtype, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
+                               ("fp16", torch.float16, False), ("bf16", torch.bfloat16, False)):
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        a, b = (torch.randn(n, n, device="cuda", dtype=dtype) for _ in range(2))
+        rates[label] = bench.gflops(2 * n**3, bench.time_calls(torch.mm, args=(a, b), min_repeats=20).median_ms)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return rates
+
+
+def agreement_with_do_bench(n: int = 4096) -> dict[str, float]:
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+    first = bench.time_calls(torch.mm, args=(a, b), min_repeats=50, max_repeats=200).median_ms
+    second = bench.time_calls(torch.mm, args=(a, b), min_repeats=50, max_repeats=200).median_ms
+    theirs = triton.testing.do_bench(lambda: torch.mm(a, b), return_mode="median")
+    return {"course_bench_ms": first, "course_bench_again_ms": second, "do_bench_ms": theirs,
+            "vs_do_bench": abs(first - theirs) / theirs, "repeat_spread": abs(first - second) / second}
+
+
+def solution_matmul():
+    """The `matmul` defined by the Day 7 solution notebook's kernel cell."""
+    import nbformat
+
+    nb = nbformat.read(str(REPO / "solutions/week1/day7_fast_matmul.ipynb"), as_version=4)
+    namespace: dict = {}
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in ("parameters", "setup", "matmul_kernel"):
+            exec(compile(cell.source, f"<{grade_id}>", "exec"), namespace)
+    return namespace["matmul"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    info = course.device.info()
+    if not info.has_gpu:
+        print("no GPU: nothing to measure", file=sys.stderr)
+        return 1
+    report = bench.measure(get("w1d7.matmul_fp32"), solution_matmul())
+    results = {"device": info.describe(), "torch": torch.__version__, "triton": triton.__version__,
+               "copy_gbps": copy_bandwidth(), "cublas_gflops_4096": cublas_rates(),
+               "agreement": agreement_with_do_bench(),
+               "day7_reference": [{"shape": row.shape, "gflops": row.student_gflops, "cublas_gflops": row.baseline_gflops,
+                                   "ratio": row.vs_baseline, "error": row.error} for row in report.rows]}
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    print(info.describe())
+    print(f"device-to-device copy: {results['copy_gbps']:.0f} GB/s (read + write)")
+    for label, rate in results["cublas_gflops_4096"].items():
+        print(f"cuBLAS {label} 4096^3: {rate / 1000:.1f} TFLOP/s")
+    agreement = results["agreement"]
+    print(f"torch.mm fp16 4096: course.bench {agreement['course_bench_ms']:.4f} ms, again "
+          f"{agreement['course_bench_again_ms']:.4f} ms, do_bench {agreement['do_bench_ms']:.4f} ms "
+          f"(differ by {agreement['vs_do_bench']:.1%} and {agreement['repeat_spread']:.1%})")
+    print(report.table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
