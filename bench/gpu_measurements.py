@@ -14,10 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-import course
 import torch
 import triton.testing
 
+import course
 from course import bench
 from course.spec import get
 
@@ -76,8 +76,8 @@ def main() -> int:
     results = {"device": info.describe(), "torch": torch.__version__, "triton": triton.__version__,
                "copy_gbps": copy_bandwidth(), "cublas_gflops_4096": cublas_rates(),
                "agreement": agreement_with_do_bench(),
-               "day7_reference": [{"shape": row.shape, "gflops": row.student_gflops, "cublas_gflops": row.baseline_gflops,
-                                   "ratio": row.vs_baseline, "error": row.error} for row in report.rows]}
+               "day7_reference": [{"shape": row.shape, "gflops": row.student_gflops, "ratio": row.vs_baseline,
+                                   "cublas_gflops": row.baseline_gflops, "error": row.error} for row in report.rows]}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     print(info.describe())

@@ -228,8 +228,8 @@ def measure(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
                 row.error = f"not timed: {first.message}"
             else:
                 row.student, row.error = _time_student(spec, fn, shape)
-            row.baseline = time_calls(spec.baseline, lambda j, s=shape: spec.make_inputs(s, 60_000 + j, "cuda"),
-                                      warmup=1)
+            row.baseline = time_calls(lambda *inputs: spec.baseline(inputs),
+                                      lambda j, s=shape: spec.make_inputs(s, 60_000 + j, "cuda"), warmup=1)
         report.rows.append(row)
         record.event(
             "bench", spec=spec.id, measured=True, device=info.name, shape=list(shape), flops=row.flops,

@@ -107,10 +107,10 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: s
 def check_one(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: int) -> CheckResult:
     """Run ``fn`` once on fresh inputs of ``shape`` under the guard and judge its output."""
     on = device.info().torch_device
-    inputs = spec.make_inputs(shape, seed, on)
-    reference = spec.reference(inputs)
     started = time.perf_counter()
     try:
+        inputs = spec.make_inputs(shape, seed, on)
+        reference = spec.reference(inputs)
         with Guard(poison=True) as guard:
             out = fn(*inputs)
         if on == "cuda":
@@ -141,8 +141,13 @@ def check(spec_id: str | ExerciseSpec, fn: Callable[..., Any], shapes: str | Seq
           seed: int = 0) -> list[CheckResult]:
     """Check ``fn`` on each shape ("visible", "hidden" or a list); never raises for a bad ``fn``."""
     spec = get(spec_id)
-    results = []
+    results: list[CheckResult] = []
     for i, shape in enumerate(shapes_for(spec, shapes)):
+        if results and _gpu_unusable(results[-1]):
+            # A CUDA error poisons the context: later shapes cannot run, and say so.
+            results.append(CheckResult(spec.id, shape, False, f"{spec.shape_label(shape)}: not run, the GPU is "
+                                       "unusable after the CUDA error above (restart the kernel)"))
+            continue
         # Hidden shapes get other seeds than visible ones, so the two sets never share inputs.
         offset = 1000 if shapes == HIDDEN else 0
         with record.timed_phase("checks"):
@@ -152,8 +157,12 @@ def check(spec_id: str | ExerciseSpec, fn: Callable[..., Any], shapes: str | Seq
     return results
 
 
+def _gpu_unusable(result: CheckResult) -> bool:
+    return not result.passed and ("CUDA error" in result.message or "AcceleratorError" in result.message)
+
+
 def assert_correct(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
-                   shapes: str | Sequence[Shape] = VISIBLE, seed: int = 0) -> list[CheckResult]:
+                   shapes: str | Sequence[Shape] = VISIBLE, seed: int = 0) -> None:
     """Check ``fn`` and raise ``AssertionError`` listing every failing shape; print a summary."""
     spec = get(spec_id)
     results = check(spec, fn, shapes, seed)
@@ -162,4 +171,3 @@ def assert_correct(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
         failed = sum(not r.passed for r in results)
         raise AssertionError(f"{spec.title}: {failed} of {len(results)} shapes failed\n{report}")
     print(f"{spec.title}: all {len(results)} shapes correct\n{report}")
-    return results
