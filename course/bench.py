@@ -89,6 +89,7 @@ def time_calls(
     args: tuple = (),
     after: Callable[[tuple, Any, int], None] | None = None,
     warmup: int = 3,
+    warmup_ms: float = 100.0,
     min_repeats: int = 10,
     max_repeats: int = 200,
     target_spread: float = 0.03,
@@ -96,7 +97,7 @@ def time_calls(
 ) -> Timing:
     """Times of ``fn(*make_args(i))`` (or ``fn(*args)``), each call alone on a synchronised device.
 
-    ``make_args(i)`` runs outside the timed region (fresh inputs per call); ``after(args, out, i)``
+    ``make_args(i)`` runs outside the timed region (fresh inputs per timed call); ``after(args, out, i)``
     checks each output, also outside it. Inside an active ``Guard`` this harness work is trusted,
     and only the call itself is watched.
     """
@@ -104,10 +105,16 @@ def time_calls(
     flusher = _get_flusher()
     fixed = args if make_args is None else None
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for i in range(warmup):
-        with trusted():
-            warm_args = fixed if fixed is not None else make_args(-1 - i)
+    # Warm up for at least `warmup` calls and `warmup_ms`: compilation, and the GPU's clocks, which
+    # start low after an idle moment and would otherwise slow the first timed calls.
+    with trusted():
+        warm_args = fixed if fixed is not None else make_args(-1)
+    warm_began, calls = time.perf_counter(), 0
+    while calls < warmup or (time.perf_counter() - warm_began) * 1e3 < warmup_ms:
         fn(*warm_args)
+        with trusted():
+            torch.cuda.synchronize()
+        calls += 1
     times: list[float] = []
     began = time.perf_counter()
     while len(times) < max_repeats:
@@ -128,6 +135,29 @@ def time_calls(
         if enough and (Timing(times).spread <= target_spread or time.perf_counter() - began > max_seconds):
             break
     return Timing(times)
+
+
+def agreement_with_do_bench(n: int = 4096, rounds: int = 3) -> dict[str, float]:
+    """course.bench against triton.testing.do_bench on torch.mm (fp16, n x n x n), interleaved.
+
+    A GPU's clocks drift by several percent within seconds under load, so the two are measured in
+    alternation and their medians compared; then two back-to-back course.bench runs are compared.
+    """
+    import triton.testing
+
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+
+    def ours() -> float:
+        return time_calls(torch.mm, args=(a, b), min_repeats=50, max_repeats=200).median_ms
+
+    pairs = [(ours(), triton.testing.do_bench(lambda: torch.mm(a, b), return_mode="median"))
+             for _ in range(rounds)]
+    course_ms = statistics.median(p[0] for p in pairs)
+    do_bench_ms = statistics.median(p[1] for p in pairs)
+    first, second = ours(), ours()
+    return {"course_bench_ms": course_ms, "do_bench_ms": do_bench_ms,
+            "vs_do_bench": abs(course_ms - do_bench_ms) / do_bench_ms,
+            "repeat_first_ms": first, "repeat_second_ms": second, "repeat_spread": abs(first - second) / second}
 
 
 @dataclass

@@ -1,6 +1,5 @@
 import pytest
 import torch
-import triton.testing
 
 from course import bench, device, spec
 from tests.kernels import good_matmul
@@ -34,13 +33,11 @@ def test_flush_buffer_is_at_least_twice_the_l2():
 
 @pytest.mark.gpu
 def test_median_agrees_with_triton_do_bench_and_with_itself():
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
-    ours = [bench.time_calls(torch.mm, args=(a, b), min_repeats=50, max_repeats=200).median_ms for _ in range(2)]
-    theirs = triton.testing.do_bench(lambda: torch.mm(a, b), return_mode="median")
-    print(f"course.bench {ours[0]:.4f} / {ours[1]:.4f} ms, do_bench {theirs:.4f} ms")
-    assert abs(ours[0] - theirs) / theirs < 0.05
-    assert abs(ours[0] - ours[1]) / ours[1] < 0.03
+    agreement = bench.agreement_with_do_bench()
+    print(agreement)
+    # The GPU's own clock drifts by several percent within seconds, so the two are interleaved.
+    assert agreement["vs_do_bench"] < 0.05
+    assert agreement["repeat_spread"] < 0.03
 
 
 @pytest.mark.gpu
