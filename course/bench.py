@@ -1,8 +1,9 @@
 """Honest timing of GPU work, and a spec's benchmark against its library baseline in the same run.
 
-Each timed call: the whole device synchronised, the L2 cache flushed by writing a buffer at least
-twice its size, the GPU kept busy for about a millisecond while the host launches the call, then
-CUDA events around the call alone, then synchronised again. Warm-up calls
+Each timed call: the whole device synchronised, half a millisecond of matrix work queued (so the
+GPU runs at its loaded clocks and stays busy while the host launches the call), the L2 cache
+flushed by writing a buffer at least twice its size, then CUDA events around the call alone, then
+synchronised again. Warm-up calls
 (compilation, autotuning) happen before any timing. Repeats continue until the interquartile
 spread is small or a time budget is spent; the median is reported. For a spec, every timed call
 gets fresh inputs and its output is checked, so cached results and skipped work are caught.
@@ -11,6 +12,7 @@ Without a GPU nothing is timed: the report says "not measured: no GPU".
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -26,7 +28,7 @@ from course.spec import ExerciseSpec, Shape, geometric_mean, get
 
 NO_GPU = "not measured: no GPU"
 MIN_FLUSH_BYTES = 256 * 2**20
-HOST_SLACK_CYCLES = 2_000_000  # about 1 ms of GPU clock cycles
+HEAT_MS = 0.5
 
 
 def gflops(flops: float, ms: float) -> float:
@@ -69,7 +71,35 @@ class _L2Flusher:
         self.buffer.zero_()
 
 
+class _Heater:
+    """Tensor-core work queued before each timed call (before the L2 flush).
+
+    It does two jobs. The GPU stays busy while the host launches the call, so host-side overhead
+    (Python, the guard, Triton's launcher) never shows up as idle time inside the timed region.
+    And the call runs at the clocks of a loaded GPU: a GPU that idles between calls boosts higher
+    than one under sustained load (on an H100, about 5% on an fp16 matmul; bench/RESULTS.md), which
+    would flatter every number compared with back-to-back timing such as triton's do_bench.
+    """
+
+    def __init__(self, target_ms: float = HEAT_MS) -> None:
+        self.a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+        self.out = torch.empty_like(self.a)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.mm(self.a, self.a, out=self.out)
+        start.record()
+        for _ in range(3):
+            torch.mm(self.a, self.a, out=self.out)
+        end.record()
+        torch.cuda.synchronize()
+        self.repeats = max(1, math.ceil(target_ms / (start.elapsed_time(end) / 3)))
+
+    def run(self) -> None:
+        for _ in range(self.repeats):
+            torch.mm(self.a, self.a, out=self.out)
+
+
 _flusher: _L2Flusher | None = None
+_heater: _Heater | None = None
 
 
 def _get_flusher() -> _L2Flusher:
@@ -77,6 +107,13 @@ def _get_flusher() -> _L2Flusher:
     if _flusher is None:
         _flusher = _L2Flusher()
     return _flusher
+
+
+def _get_heater() -> _Heater:
+    global _heater
+    if _heater is None:
+        _heater = _Heater()
+    return _heater
 
 
 def require_gpu() -> None:
@@ -95,7 +132,7 @@ def time_calls(
     min_repeats: int = 10,
     max_repeats: int = 500,
     target_spread: float = 0.03,
-    min_seconds: float = 0.25,
+    min_seconds: float = 0.5,
     max_seconds: float = 3.0,
 ) -> Timing:
     """Times of ``fn(*make_args(i))`` (or ``fn(*args)``), each call alone on a synchronised device.
@@ -105,7 +142,7 @@ def time_calls(
     and only the call itself is watched.
     """
     require_gpu()
-    flusher = _get_flusher()
+    flusher, heater = _get_flusher(), _get_heater()
     fixed = args if make_args is None else None
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     # Warm up for at least `warmup` calls and `warmup_ms`: compilation, and the GPU's clocks, which
@@ -124,10 +161,8 @@ def time_calls(
         with trusted():
             call_args = fixed if fixed is not None else make_args(len(times))
             torch.cuda.synchronize()
+            heater.run()
             flusher.flush()
-            # Keep the GPU busy while the host launches the call, so host-side overhead (Python, the
-            # guard, Triton's launcher) never shows up as idle time inside the timed region.
-            torch.cuda._sleep(HOST_SLACK_CYCLES)
         start.record()
         out = fn(*call_args)
         end.record()
