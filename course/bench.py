@@ -142,7 +142,8 @@ def time_calls(
     and only the call itself is watched.
     """
     require_gpu()
-    flusher, heater = _get_flusher(), _get_heater()
+    with trusted():  # the harness's own buffers and matmuls, even when called under a guard
+        flusher, heater = _get_flusher(), _get_heater()
     fixed = args if make_args is None else None
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     # Warm up for at least `warmup` calls and `warmup_ms`: compilation, and the GPU's clocks, which
