@@ -90,11 +90,11 @@ SPEC = register(
                 name="vs_cublas",
                 kind="vs_baseline",
                 points=2.0,
-                # The course's own 64x64x32 kernel measured 0.67-0.69 of cuBLAS on an H200 (see
-                # bench/RESULTS.md): full points at 60% leave room for run-to-run variation.
-                bands=((0.20, 0.25), (0.35, 0.5), (0.50, 0.75), (0.60, 1.0)),
+                # The course's own 64x64x32 kernel measured 0.88-0.96 of cuBLAS (geometric mean) on an
+                # H100 (bench/RESULTS.md): full points at 70% leave room for other GPUs and run-to-run drift.
+                bands=((0.25, 0.25), (0.40, 0.5), (0.55, 0.75), (0.70, 1.0)),
                 precision="fp32 (ieee) against cuBLAS SGEMM with TF32 off",
-                description="speed as a fraction of cuBLAS fp32, same run; full points at 60%",
+                description="speed as a fraction of cuBLAS fp32, same run; full points at 70%",
             ),
             Threshold(
                 name="vs_reference",
