@@ -7,6 +7,7 @@ order, so a single process records them: workers never touch the gradebook.
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -19,13 +20,13 @@ T = TypeVar("T")
 
 
 def local_slots(device: str, jobs: int | None) -> list[str | None]:
-    """One slot per visible GPU (its index), or ``jobs`` CPU slots."""
+    """One slot per visible GPU (its index), or ``jobs`` CPU slots (default: 2, or 1 on one core)."""
     if device == "gpu":
         import torch
 
         count = torch.cuda.device_count()
         return [str(i) for i in range(count if jobs is None else min(jobs, count))]
-    return [None] * max(1, jobs or 1)
+    return [None] * max(1, jobs or min(2, os.cpu_count() or 1))
 
 
 def run_local(tasks: Sequence[tuple[T, Job]], slots: list[str | None],
