@@ -18,7 +18,8 @@ def gflops_vs_size(series: Mapping[str, Sequence[float]], labels: Sequence[str],
         if len(values) != len(labels):
             raise ValueError(f"series {name!r} has {len(values)} values for {len(labels)} shapes")
         ax.plot(positions, values, marker="o", label=name)
-    ax.set_xticks(list(positions), labels, rotation=15, fontsize=8)
+    ax.set_xticks(list(positions), labels, rotation=15, fontsize=8, ha="right")
+    ax.margins(x=0.1)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.set_ylim(bottom=0)

@@ -69,3 +69,9 @@ def test_an_unreadable_file_is_corrupt_not_a_crash(tmp_path, db, content):
     path.write_bytes(content)
     cleaned = sanitize(path, NOTEBOOK.assignment, NOTEBOOK.name, "student", db)
     assert cleaned.status == results.CORRUPT and "notebook" in cleaned.message
+
+
+def test_an_untouched_notebook_has_no_notes_although_hidden_tests_come_back(tmp_path, db):
+    cleaned = _sanitize(tmp_path, student_version(NOTEBOOK), db)
+    assert cleaned.notes == []
+    assert '"hidden"' in _cell(cleaned.notebook, "test_matmul_hidden").source
