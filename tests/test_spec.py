@@ -74,3 +74,11 @@ def test_freivalds_catches_one_wrong_element():
 
 def test_grade_ids_follow_the_spec():
     assert SPEC.grade_id(SPEC.threshold("floor")) == "perf_w1d7_matmul_fp32_floor"
+
+
+def test_the_baseline_ignores_a_later_rebinding_of_torch_mm(monkeypatch):
+    from course.exercises import matmul_fp32
+
+    monkeypatch.setattr(torch, "mm", lambda a, b: torch.zeros(a.shape[0], b.shape[1]))
+    inputs = SPEC.make_inputs((8, 9, 10), 0, "cpu")
+    assert torch.allclose(matmul_fp32.cublas_fp32(inputs).double(), SPEC.reference(inputs), atol=1e-4)

@@ -27,13 +27,17 @@ def reference(inputs: Inputs) -> torch.Tensor:
     return a.double() @ b.double()
 
 
+# Held from import time (before any student code runs), so rebinding torch.mm later cannot slow the baseline.
+_library_mm = torch.mm
+
+
 def cublas_fp32(inputs: Inputs) -> torch.Tensor:
     """cuBLAS SGEMM with TF32 off: the library doing exactly what the exercise asks."""
     a, b = inputs
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        return torch.mm(a, b)
+        return _library_mm(a, b)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
 
