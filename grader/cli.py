@@ -207,5 +207,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from grader.gradebook import GradebookMismatch
+
     args = parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except GradebookMismatch as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2

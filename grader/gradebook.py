@@ -22,6 +22,10 @@ from grader.release import master_version
 from grader.results import NotebookResult
 
 
+class GradebookMismatch(RuntimeError):
+    """The gradebook was made from notebooks whose graded cells differ from the current ones."""
+
+
 def _put_alembic_on_path() -> None:
     """nbgrader's Gradebook runs the `alembic` command; find it beside this Python or its package."""
     if shutil.which("alembic"):
@@ -48,7 +52,13 @@ def register(url: str, notebooks: list[CourseNotebook]) -> None:
             gb.update_or_create_assignment(assignment)
     for notebook in notebooks:
         resources = {"nbgrader": {"notebook": notebook.name, "assignment": notebook.assignment, "db_url": url}}
-        SaveCells().preprocess(master_version(notebook), resources)
+        try:
+            SaveCells().preprocess(master_version(notebook), resources)
+        except RuntimeError as error:  # nbgrader refuses to change the cells of a graded notebook
+            raise GradebookMismatch(
+                f"{url} holds grades for another version of {notebook.key} ({error}). Grade into a new "
+                "OUT folder, or move the old gradebook.db away to regrade everything."
+            ) from error
 
 
 def record(url: str, result: NotebookResult, executed: NotebookNode | None) -> None:

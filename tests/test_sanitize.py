@@ -75,3 +75,21 @@ def test_an_untouched_notebook_has_no_notes_although_hidden_tests_come_back(tmp_
     cleaned = _sanitize(tmp_path, student_version(NOTEBOOK), db)
     assert cleaned.notes == []
     assert '"hidden"' in _cell(cleaned.notebook, "test_matmul_hidden").source
+
+
+def test_a_gradebook_from_other_notebooks_is_refused_clearly(tmp_path, monkeypatch):
+    from grader.results import NotebookResult
+
+    url = gradebook.db_url(tmp_path)
+    gradebook.register(url, [NOTEBOOK])
+    gradebook.record(url, NotebookResult("s", NOTEBOOK.assignment, NOTEBOOK.name, results.MISSING), None)
+    original = gradebook.master_version
+
+    def without_one_test(notebook):
+        nb = original(notebook)
+        nb.cells = [c for c in nb.cells if c is not _cell(nb, "test_tf32")]
+        return nb
+
+    monkeypatch.setattr(gradebook, "master_version", without_one_test)
+    with pytest.raises(gradebook.GradebookMismatch, match="new OUT folder"):
+        gradebook.register(url, [NOTEBOOK])
