@@ -13,6 +13,7 @@ import platform
 from dataclasses import dataclass
 
 ENV_DEVICE = "COURSE_DEVICE"
+ENV_GRADING = "COURSE_GRADING"  # set by the grader in its sandbox: notebook previews stand aside
 MODES = ("auto", "gpu", "cpu")
 
 
@@ -90,6 +91,11 @@ def configure(mode: str | None = None) -> DeviceInfo:
     os.environ["TRITON_INTERPRET"] = "0" if use_gpu else "1"
     _current = chosen
     return chosen
+
+
+def grading() -> bool:
+    """True inside the grader's run, where the judge (not the notebook) checks and times the kernels."""
+    return os.environ.get(ENV_GRADING) == "1"
 
 
 def info() -> DeviceInfo:

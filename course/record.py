@@ -1,22 +1,17 @@
-"""Where checks and benchmarks report what they measured, for the grader to read.
+"""What a notebook's checks and benchmarks measured, kept in memory for the notebook's own use.
 
-When the grader executes a notebook it sets ``COURSE_METRICS_FILE``; each event is appended to
-it as one JSON line (checks, benchmark rows, time spent per phase). Without the variable,
-events are only kept in memory, so a student's own run writes nothing.
+Nothing here is read by the grader: its verdicts come from the judge (``grader.judge``), never
+from what a notebook's process reports about itself.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
-
-ENV_METRICS_FILE = "COURSE_METRICS_FILE"
 
 _lock = threading.Lock()
 _events: list[dict[str, Any]] = []
@@ -34,14 +29,10 @@ def _clean(value: Any) -> Any:
 
 
 def event(kind: str, **fields: Any) -> None:
-    """Record one event; appended to the metrics file when the grader asked for one."""
+    """Record one event in memory."""
     entry = _clean({"kind": kind, "time": time.time(), **fields})
     with _lock:
         _events.append(entry)
-        path = os.environ.get(ENV_METRICS_FILE)
-        if path:
-            with open(path, "a", encoding="utf-8") as f:
-                f.write(json.dumps(entry) + "\n")
 
 
 def events(kind: str | None = None) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -103,6 +104,12 @@ class ExerciseSpec:
     # Cheap check of a timed call's output (e.g. Freivalds' test); returns a relative error.
     spot_error: Callable[[Inputs, torch.Tensor], float] | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    # The notebook ("week1/day7_fast_matmul") and which of its test cells the judge decides:
+    # grade id -> "visible" or "hidden" (the shapes that cell's points stand for).
+    notebook: str = ""
+    correctness_cells: dict[str, str] = field(default_factory=dict)
+    # More hidden shapes, drawn afresh for each grading run: (rng, has_gpu) -> shapes.
+    draw_hidden: Callable[[random.Random, bool], tuple[Shape, ...]] | None = None
 
     @property
     def tolerance(self) -> float:
@@ -154,6 +161,20 @@ def get(spec_id: str | ExerciseSpec) -> ExerciseSpec:
 def all_specs() -> list[ExerciseSpec]:
     _load_all()
     return [spec for _, spec in sorted(_REGISTRY.items())]
+
+
+def for_notebook(key: str) -> list[ExerciseSpec]:
+    """The specs graded in one notebook ("week1/day7_fast_matmul")."""
+    return [spec for spec in all_specs() if spec.notebook == key]
+
+
+def judged_shapes(spec: ExerciseSpec, which: str, has_gpu: bool, run_seed: int) -> tuple[Shape, ...]:
+    """The shapes one correctness set is judged on in a grading run: the spec's, plus drawn ones for "hidden"."""
+    shapes = (spec.visible_shapes if which == "visible" else spec.hidden_shapes).for_device(has_gpu)
+    if which == "hidden" and spec.draw_hidden is not None:
+        rng = random.Random(f"{run_seed}:{spec.id}")
+        shapes = (*shapes, *spec.draw_hidden(rng, has_gpu))
+    return tuple(tuple(int(n) for n in shape) for shape in shapes)
 
 
 def geometric_mean(values: Sequence[float]) -> float:

@@ -1,19 +1,19 @@
-"""Execute one sanitized notebook with papermill, in its own process, under time limits.
+"""Run one sanitized notebook in the sandbox, then (on a GPU) build its kernels in a fresh one.
 
-The parent (``execute``) starts ``python -m grader.execute JOB.json`` in a new session with a
-scrubbed environment and a scratch working directory, waits at most the notebook's time limit,
-and kills the whole process tree past it. The child runs papermill with the course kernel,
-injected parameters, a per-cell time limit and errors allowed (so every test cell runs), and
-saves the notebook after each cell, so even a killed run leaves what it had done. Every way a
-run can end becomes a status in the outcome, never an exception in the caller.
+``execute(job)`` starts ``python -m grader.execute JOB.json`` inside ``grader.sandbox`` with a
+scrubbed environment and a scratch directory as its only writable place. In there, papermill runs
+the notebook (the grader's recording cell last), with a per-cell limit and errors allowed, saving
+after each cell. What comes back is data: the executed notebook (shown to the student, never
+scored), ``export/`` (plans, outputs, answers) and an outcome whose status the sandbox's own
+verdict (timeout, memory, output) overrides. ``build(job)`` then compiles the notebook's kernels
+from its source in a second, fresh sandbox, so nothing the run left behind can reach the build.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import subprocess
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -21,9 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from grader import results
+from grader import results, sandbox
 from grader.layout import KERNEL_NAME, REPO
 
 # Environment variables a notebook may see; everything else in the grader's environment is dropped.
@@ -31,30 +29,40 @@ _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "CUDA_VISIBLE_DEVICES
                    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
 _CUDA_FAILURES = ("CUDA error", "illegal memory access", "misaligned address", "unspecified launch failure",
                   "AcceleratorError")
+_STATUSES = {results.OK, results.TIMEOUT, results.KERNEL_DIED, results.CUDA_ERROR, results.GRADER_ERROR}
+_SANDBOX_STATUS = {"timeout": results.TIMEOUT, "memory": results.MEMORY, "output_limit": results.OUTPUT_LIMIT,
+                   "error": results.GRADER_ERROR}
 
 
 @dataclass
 class Job:
-    notebook: str  # the sanitized notebook to run
-    workdir: str  # scratch directory holding only this submission's run
+    notebook: str  # the notebook to run (the grader's recording cell already appended)
+    workdir: str  # scratch directory holding only this run
     device: str  # "gpu" or "cpu"
-    bench_shapes: list[list[int]] | None = None
     gpu: str | None = None  # the one GPU this run may see (CUDA_VISIBLE_DEVICES)
     cell_timeout: float = 600.0
     notebook_timeout: float = 1800.0
     startup_timeout: float = 120.0
+    memory_bytes: int = 8 * 2**30
+    output_bytes: int = 64 * 2**20
+    hide: list[str] = field(default_factory=list)  # folders the sandbox must not see (OUT, submissions, solutions)
+    sandbox: bool = True  # False only when the TA asked for --no-sandbox
+    log: str = ""  # where the sandbox's stdout and stderr go (outside workdir)
 
     @property
     def executed_path(self) -> Path:
         return Path(self.workdir) / "executed.ipynb"
 
     @property
-    def metrics_path(self) -> Path:
-        return Path(self.workdir) / "metrics.jsonl"
+    def export_dir(self) -> Path:
+        return Path(self.workdir) / "export"
 
     @property
     def outcome_path(self) -> Path:
         return Path(self.workdir) / "outcome.json"
+
+    def limits(self, seconds: float) -> sandbox.Limits:
+        return sandbox.Limits(seconds=seconds, memory_bytes=self.memory_bytes, output_bytes=self.output_bytes)
 
 
 @dataclass
@@ -69,7 +77,7 @@ def kernelspec_dir(root: Path) -> Path:
     spec_dir = root / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-P", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "GPU kernels course",
         "language": "python",
     }
@@ -92,48 +100,67 @@ def scrubbed_environment(job: Job) -> dict[str, str]:
     if job.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = job.gpu
     env["COURSE_DEVICE"] = job.device
-    env["COURSE_METRICS_FILE"] = str(job.metrics_path)
+    env["COURSE_GRADING"] = "1"
     return env
 
 
-def _kill_tree(pid: int) -> None:
+def _sandboxed(job: Job, argv: list[str], seconds: float) -> sandbox.SandboxResult:
+    return sandbox.run(argv, scratch=Path(job.workdir), env=scrubbed_environment(job), limits=job.limits(seconds),
+                       log_path=Path(job.log), hide=[Path(p) for p in job.hide], gpu=job.device == "gpu",
+                       sandbox=job.sandbox)
+
+
+def _log_tail(job: Job) -> str:
     try:
-        parent = psutil.Process(pid)
-    except psutil.NoSuchProcess:
-        return
-    processes = [parent, *parent.children(recursive=True)]
-    for process in processes:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    psutil.wait_procs(processes, timeout=10)
+        return Path(job.log).read_text(errors="replace")[-400:]
+    except OSError:
+        return ""
 
 
 def execute(job: Job) -> Outcome:
-    """Run ``job`` in a child process; always returns an Outcome."""
+    """Run ``job``'s notebook in the sandbox; always returns an Outcome."""
     work = Path(job.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    for stale in (job.executed_path, job.metrics_path, job.outcome_path):
-        stale.unlink(missing_ok=True)
     job_file = work / "job.json"
     job_file.write_text(json.dumps(asdict(job)), encoding="utf-8")
-    started = time.monotonic()
-    with open(work / "execute.log", "wb") as log:
-        child = subprocess.Popen([sys.executable, "-m", "grader.execute", str(job_file)], cwd=work,
-                                 env=scrubbed_environment(job), stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        try:
-            child.wait(timeout=job.notebook_timeout)
-        except subprocess.TimeoutExpired:
-            _kill_tree(child.pid)
-            return Outcome(results.TIMEOUT, f"the notebook ran past its {job.notebook_timeout:.0f} s limit",
-                           {"total": time.monotonic() - started})
-        finally:
-            _kill_tree(child.pid)  # a kernel left behind by a crashed child
-    if job.outcome_path.exists():
-        return Outcome(**results.read_json(job.outcome_path))
-    tail = (work / "execute.log").read_text(errors="replace")[-400:]
-    return Outcome(results.GRADER_ERROR, f"the executor exited with code {child.returncode}: {tail}",
-                   {"total": time.monotonic() - started})
+    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.execute", str(job_file)], job.notebook_timeout)
+    timings = {"notebook": ran.seconds}
+    if ran.status == "timeout":
+        return Outcome(results.TIMEOUT, f"the notebook ran past its {job.notebook_timeout:.0f} s limit", timings)
+    if ran.status in _SANDBOX_STATUS:
+        return Outcome(_SANDBOX_STATUS[ran.status], ran.message, timings)
+    try:  # written inside the sandbox: informative only, and checked before use
+        reported = json.loads(job.outcome_path.read_text(encoding="utf-8"))
+        status, message = str(reported["status"]), str(reported.get("message", ""))[:500]
+        kernel_start = float(reported.get("timings", {}).get("kernel_start", 0.0))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return Outcome(results.GRADER_ERROR, f"the notebook run ended without an outcome (exit code "
+                       f"{ran.returncode}): {_log_tail(job)}", timings)
+    if status not in _STATUSES:
+        status, message = results.GRADER_ERROR, f"unknown outcome {status[:40]!r}"
+    timings["kernel_start"] = kernel_start
+    return Outcome(status, message, timings)
+
+
+def build(job: Job, notebook: Path, export: Path, target: dict[str, Any], destination: Path) -> Outcome:
+    """Compile the notebook's kernels in a fresh sandbox; the index lands in ``destination``."""
+    fresh = Path(job.workdir)
+    (fresh / "in").mkdir(parents=True, exist_ok=True)
+    shutil.copy(notebook, fresh / "in" / "notebook.ipynb")
+    if export.exists():
+        shutil.copy(export, fresh / "in" / "export.json")
+    else:
+        (fresh / "in" / "export.json").write_text("{}", encoding="utf-8")
+    request = {"notebook": str(fresh / "in" / "notebook.ipynb"), "export": str(fresh / "in" / "export.json"),
+               "target": target, "out": str(fresh / "built")}
+    (fresh / "build.json").write_text(json.dumps(request), encoding="utf-8")
+    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.build_kernels", str(fresh / "build.json")], 600.0)
+    if (fresh / "built").exists():
+        shutil.copytree(fresh / "built", destination, dirs_exist_ok=True)
+    if ran.status != "ok":
+        return Outcome(results.GRADER_ERROR, f"building the kernels failed ({ran.status}): {_log_tail(job)}",
+                       {"build": ran.seconds})
+    return Outcome(results.OK, "", {"build": ran.seconds})
 
 
 def _cuda_failure(nb: Any) -> str | None:
@@ -159,14 +186,14 @@ def _kernel_start_seconds(nb: Any, began: datetime) -> float | None:
 
 
 def run_job(job: Job) -> Outcome:
-    """The child's side: papermill with errors allowed; an outcome for every ending."""
+    """The sandbox's side: papermill with errors allowed; an outcome for every ending."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
     from papermill.engines import papermill_engines
     from papermill.execute import prepare_notebook_metadata
     from papermill.iorw import load_notebook_node, write_ipynb
     from papermill.parameterize import parameterize_notebook
 
-    parameters = {"device": job.device, "grading": True, "bench_shapes": job.bench_shapes}
+    parameters = {"device": job.device, "grading": True}
     nb = load_notebook_node(job.notebook)
     nb = parameterize_notebook(nb, parameters, kernel_name=KERNEL_NAME, language="python")
     output = str(job.executed_path)

@@ -1,30 +1,55 @@
-"""Grade a class: sanitize, execute, score and record every submission, resumably.
+"""Grade a class: sanitize, run in the sandbox, build, judge, score and record, resumably.
 
-Per notebook: sanitize (here) -> execute (a worker, in a scratch directory outside OUT) ->
-score (here) -> gradebook and ``results/<student>/<assignment>/<notebook>.json`` (atomic).
-A result whose submission, grader version and device are unchanged is kept on a re-run, so a
-killed run resumes where it stopped; ``force`` grades everything again. On a GPU, the reference
-solution of each notebook is executed first through the same path, and its benchmark rows are
-the "reference" of the vs_reference thresholds for this run.
+Per notebook: sanitize (here) -> the notebook runs in the sandbox with the grader's recording cell
+appended (``grader.execute``) -> on a GPU its kernels are built from source in a fresh sandbox ->
+the judge (``grader.judge``: its own process on a GPU) replays the plans on secret inputs and runs
+the master test cells on the exported answers -> score (here) -> gradebook and
+``results/<student>/<assignment>/<notebook>.json`` (atomic). Only this process writes OUT.
+A result whose submission, grader version and device are unchanged is kept on a re-run; ``force``
+grades everything again. On a GPU, the reference solution of each notebook is run and built
+first through the same path; the judge times its plan beside every student's.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import hashlib
+import json
+import os
+import secrets
 import shutil
-import tempfile
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 
-from grader import GRADER_VERSION, gradebook, results, score
+from course import spec as specs
+from grader import GRADER_VERSION, gradebook, judge, results, sandbox, score
 from grader.dispatch import local_slots, run_local
-from grader.execute import Job, Outcome
-from grader.layout import CourseNotebook, Submission, course_notebooks, find_course_notebook, find_submissions
+from grader.execute import Job, Outcome, build, execute
+from grader.layout import (
+    SOLUTIONS,
+    CourseNotebook,
+    Submission,
+    course_notebooks,
+    find_course_notebook,
+    find_submissions,
+)
+from grader.release import master_version
 from grader.results import NotebookResult
 from grader.sanitize import sanitize
+
+JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
+RECORDING_CELL = "recording"
+
+
+class SandboxUnavailable(RuntimeError):
+    """Untrusted grading was asked for where the sandbox cannot run (and --no-sandbox was not given)."""
 
 
 @dataclass
@@ -33,10 +58,19 @@ class Settings:
     device_name: str
     jobs: int | None = None
     force: bool = False
-    bench_shapes: list[list[int]] | None = None
+    bench_shapes: list[list[int]] | None = None  # the TA's override (trusted); else the specs' own
     cell_timeout: float = 600.0
     notebook_timeout: float = 1800.0
+    judge_timeout: float = 900.0
+    memory_bytes: int = 8 * 2**30
+    output_bytes: int = 64 * 2**20
+    sandbox: bool = True
+    seed: int | None = None  # the grading run's secret seed; drawn when not given
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def sandbox_label(self) -> str:
+        return "bubblewrap" if self.sandbox else "NONE: graded with --no-sandbox (student code was not isolated)"
 
 
 def resolve_device(requested: str) -> tuple[str, str]:
@@ -49,6 +83,13 @@ def resolve_device(requested: str) -> tuple[str, str]:
     if requested != "cpu" and torch.cuda.is_available():
         return "gpu", torch.cuda.get_device_name(0)
     return "cpu", "CPU (Triton interpreter)"
+
+
+def gpu_target() -> dict[str, Any]:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(0)
+    return {"backend": "cuda", "arch": major * 10 + minor, "warp_size": 32}
 
 
 def sha256(path: Path) -> str:
@@ -75,93 +116,246 @@ def _up_to_date(out: Path, submission: Submission, settings: Settings) -> bool:
             and old.get("submission_sha256") == sha256(submission.path))
 
 
-def _job(notebook_path: Path, settings: Settings) -> Job:
-    scratch = tempfile.mkdtemp(prefix="gpu-course-run-")
-    shutil.copy(notebook_path, Path(scratch) / "submission.ipynb")
-    return Job(notebook=str(Path(scratch) / "submission.ipynb"), workdir=scratch,
-               device=settings.device, bench_shapes=settings.bench_shapes,
-               cell_timeout=settings.cell_timeout, notebook_timeout=settings.notebook_timeout)
+def answer_names(tests: list[dict[str, str]]) -> list[str]:
+    """Names the master test cells read but do not define: the answers the sandbox must export."""
+    names: set[str] = set()
+    for test in tests:
+        tree = ast.parse(test["source"])
+        loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        stored = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        names |= loaded - stored
+    return sorted(names - set(dir(builtins)) - JUDGE_NAMESPACE)
 
 
-def _keep_run(job: Job, destination: Path) -> None:
-    """Move what the run produced out of its scratch directory, then delete the scratch."""
-    destination.mkdir(parents=True, exist_ok=True)
-    for name in ("executed.ipynb", "metrics.jsonl", "execute.log", "outcome.json"):
-        source = Path(job.workdir) / name
-        if source.exists():
-            shutil.copy(source, destination / name)
-        else:
-            (destination / name).unlink(missing_ok=True)
-    shutil.rmtree(job.workdir, ignore_errors=True)
+@dataclass(frozen=True)
+class Plan:
+    """What one notebook's grading records and judges: its master cells, tests and kernel calls."""
+
+    notebook: CourseNotebook
+    master: nbformat.NotebookNode
+    tests: list[dict[str, str]]
+    answers: list[str]
 
 
-def _answer_cells(nb: nbformat.NotebookNode) -> list[dict[str, str]]:
-    return [{"id": c.metadata.nbgrader["grade_id"], "source": c.source}
-            for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+def notebook_plan(notebook: CourseNotebook) -> Plan:
+    master = master_version(notebook)
+    tests = score.test_cells(master, specs.for_notebook(notebook.key))
+    return Plan(notebook, master, tests, answer_names(tests))
 
 
-def reference_rates(out: Path, notebooks: list[CourseNotebook], settings: Settings,
-                    log: Callable[[str], None]) -> score.ReferenceRates:
-    """Benchmark rows of each reference solution on this GPU (measured once per OUT and device)."""
-    rates: score.ReferenceRates = {}
-    for notebook in notebooks:
-        where = out / "reference" / notebook.assignment / notebook.name
-        marker = where / "device.txt"
-        fresh = marker.exists() and marker.read_text() == f"{settings.device_name}\n{GRADER_VERSION}\n"
-        if settings.force or not fresh:
-            log(f"measuring the reference solution {notebook.key} on {settings.device_name}")
-            job = _job(notebook.solution_path, settings)
-            outcome = next(iter(run_local([(notebook, job)], local_slots(settings.device, 1))))[1]
-            _keep_run(job, where)
-            if outcome.status != results.OK:
-                settings.notes.append(f"reference solution {notebook.key}: {outcome.status}: {outcome.message}")
-                continue
-            marker.write_text(f"{settings.device_name}\n{GRADER_VERSION}\n")
-        events = score.read_metrics(where / "metrics.jsonl")
-        for spec_id in {e.get("spec") for e in events if e.get("kind") == "bench"}:
-            rows = score.bench_rows(events, str(spec_id))
-            rates.setdefault(str(spec_id), {}).update({r.shape: r.student_gflops for r in rows if not r.error})
-    return rates
+def kernel_calls(notebook: CourseNotebook, settings: Settings, run_seed: int, student: str,
+                 bench_only: bool = False) -> list[dict[str, Any]]:
+    """Each graded function's calls: the judged shapes (secret seeds) and, on a GPU, the benchmark shapes."""
+    on_gpu = settings.device == "gpu"
+    jobs = []
+    for spec in specs.for_notebook(notebook.key):
+        calls = []
+        for which in ("visible", "hidden"):
+            if bench_only:
+                break
+            for i, shape in enumerate(specs.judged_shapes(spec, which, on_gpu, run_seed)):
+                key = f"{which}-{i}"
+                calls.append({"key": key, "set": which, "shape": list(shape),
+                              "seed": judge.derive_seed(run_seed, student, spec.id, key)})
+        bench = [list(s) for s in (settings.bench_shapes or spec.bench_shapes.gpu)] if on_gpu else []
+        for i, shape in enumerate(bench):
+            calls.append({"key": f"bench-{i}", "set": "bench", "shape": shape, "seed": 0})
+        jobs.append({"spec": spec.id, "calls": calls, "bench_shapes": bench})
+    return jobs
 
 
-def _score(submission: Submission, outcome: Outcome, run: Path, settings: Settings,
-           reference: score.ReferenceRates, notes: list[str]) -> tuple[NotebookResult, nbformat.NotebookNode | None]:
+def _recording_request(jobs: list[dict[str, Any]], plan: Plan, device: str, scratch: Path) -> dict[str, Any]:
+    """What the sandbox records. On a GPU its inputs use public seeds: the judge's stay secret."""
+    recorded = []
+    for job in jobs:
+        calls = [{"key": c["key"], "shape": c["shape"], "seed": c["seed"] if device == "cpu" else i}
+                 for i, c in enumerate(job["calls"])]
+        recorded.append({"spec": job["spec"], "calls": calls, "warmup": device == "gpu",
+                         "keep_outputs": device == "cpu"})
+    return {"out": str(scratch / "export"), "device": "cuda" if device == "gpu" else "cpu",
+            "answers": plan.answers, "kernels": recorded}
+
+
+def with_recording_cell(nb: nbformat.NotebookNode, request_path: Path) -> nbformat.NotebookNode:
+    nb = nbformat.from_dict(json.loads(nbformat.writes(nb)))
+    cell = nbformat.v4.new_code_cell(
+        "# Added by the grader: records your graded functions' launch plans and your answers for the judge.\n"
+        f"import course.export\ncourse.export.write(globals(), {str(request_path)!r})")
+    cell.metadata["tags"] = [RECORDING_CELL]
+    nb.cells.append(cell)
+    return nb
+
+
+@dataclass
+class Task:
+    """One notebook to run, build and judge (the reference solution or a submission)."""
+
+    key: str  # the student id (or "reference")
+    notebook: nbformat.NotebookNode  # sanitized
+    plan: Plan
+    run: Path  # the run's folder in OUT
+    settings: Settings
+    run_seed: int
+    hide: list[str]
+    reference: dict[str, str] | None = None
+    bench_only: bool = False
+    gpu: str | None = None
+
+
+@dataclass
+class Graded:
+    outcome: Outcome
+    verdict: dict[str, Any] | None
+
+
+def _job(task: Task, scratch: Path, log: Path) -> Job:
+    s = task.settings
+    return Job(notebook=str(scratch / "submission.ipynb"), workdir=str(scratch), device=s.device, gpu=task.gpu,
+               cell_timeout=s.cell_timeout, notebook_timeout=s.notebook_timeout, memory_bytes=s.memory_bytes,
+               output_bytes=s.output_bytes, hide=task.hide, sandbox=s.sandbox, log=str(log))
+
+
+def _keep(scratch: Path, run: Path) -> None:
+    """Copy what the run produced (data only) out of its scratch directory."""
+    for name in ("executed.ipynb", "outcome.json"):
+        if (scratch / name).is_file():
+            shutil.copy(scratch / name, run / name)
+    if (scratch / "export").is_dir():
+        shutil.copytree(scratch / "export", run / "export", symlinks=False, ignore_dangling_symlinks=True)
+
+
+def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
+    path = task.run / "judge.json"
+    path.write_text(json.dumps(judge_job), encoding="utf-8")
+    if task.settings.device != "gpu":
+        return judge.judge(judge_job)
+    scratch = sandbox.make_scratch("gpu-course-judge-")
+    env = dict(os.environ, TRITON_CACHE_DIR=str(scratch / "triton-cache"), CUDA_VISIBLE_DEVICES=task.gpu or "0")
+    try:
+        with open(task.run / "judge.log", "wb") as judge_log:
+            subprocess.run([sys.executable, "-P", "-m", "grader.judge", str(path)], cwd=scratch, env=env,
+                           timeout=task.settings.judge_timeout, stdout=judge_log, stderr=subprocess.STDOUT,
+                           check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the judge ran past its {task.settings.judge_timeout:.0f} s limit (a kernel that never "
+                         "ends?)"}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        return results.read_json(judge_job["verdict"])
+    except (OSError, ValueError):
+        return {"error": "the judge ended without a verdict (see judge.log)"}
+
+
+def run_task(task: Task) -> Graded:
+    """Run, build and judge one notebook; never raises for anything the notebook does."""
+    task.run.mkdir(parents=True, exist_ok=True)
+    for stale in ("executed.ipynb", "outcome.json", "verdict.json"):
+        (task.run / stale).unlink(missing_ok=True)
+    for stale in ("export", "built"):
+        shutil.rmtree(task.run / stale, ignore_errors=True)
+    jobs = kernel_calls(task.plan.notebook, task.settings, task.run_seed, task.key, task.bench_only)
+    scratch = sandbox.make_scratch()
+    try:
+        request = _recording_request(jobs, task.plan, task.settings.device, scratch)
+        (scratch / "request.json").write_text(json.dumps(request), encoding="utf-8")
+        nbformat.write(with_recording_cell(task.notebook, scratch / "request.json"), str(scratch / "submission.ipynb"))
+        outcome = execute(_job(task, scratch, task.run / "sandbox.log"))
+        _keep(scratch, task.run)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if task.settings.device == "gpu":
+        fresh = sandbox.make_scratch("gpu-course-build-")
+        try:
+            built = build(_job(task, fresh, task.run / "build.log"), task.run / "sanitized.ipynb",
+                          task.run / "export" / "export.json", gpu_target(), task.run / "built")
+            outcome.timings.update(built.timings)
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)
+    judge_job = {"device": task.settings.device, "export": str(task.run / "export"), "built": str(task.run / "built"),
+                 "reference": task.reference, "run_seed": task.run_seed, "student": task.key, "kernels": jobs,
+                 "tests": task.plan.tests, "verdict": str(task.run / "verdict.json")}
+    verdict = _judge(task, judge_job)
+    results.write_json_atomic(task.run / "verdict.json", verdict)
+    for name, seconds in (verdict.get("seconds") or {}).items():
+        outcome.timings[name] = float(seconds)
+    return Graded(outcome, verdict)
+
+
+def _unjudged(outcome: Outcome, verdict: dict[str, Any] | None) -> str:
+    if verdict and verdict.get("error"):
+        return f"not judged: {verdict['error']}"
+    if outcome.status != results.OK:
+        return f"not judged: the notebook run ended with status {outcome.status} ({outcome.message})"
+    return "not judged: the notebook run did not reach the grader's recording cell"
+
+
+def _result(submission: Submission, graded: Graded, plan: Plan, sanitized: nbformat.NotebookNode,
+            settings: Settings, run_seed: int, notes: list[str]) -> NotebookResult:
+    outcome, verdict = graded.outcome, graded.verdict
     result = NotebookResult(submission.student, submission.assignment, submission.notebook, outcome.status,
                             outcome.message, submission_sha256=sha256(submission.path),
                             grader_version=GRADER_VERSION, device=settings.device_name,
-                            timings=dict(outcome.timings), integrity=notes)
-    executed_file = run / "executed.ipynb"
-    if not executed_file.exists():
-        return result, None
-    executed = nbformat.read(str(executed_file), as_version=4)
-    events = score.read_metrics(run / "metrics.jsonl")
-    result.items = score.correctness_items(executed, outcome.status) + score.performance_items(
-        executed, events, settings.device == "gpu", reference)
-    for event in events:
-        if event.get("kind") == "phase" and isinstance(event.get("seconds"), int | float):
-            name = str(event.get("name"))
-            result.timings[name] = result.timings.get(name, 0.0) + float(event["seconds"])
-    for spec_id in sorted({str(e.get("spec")) for e in events if e.get("kind") == "bench"}):
-        for row in score.bench_rows(events, spec_id):
-            result.perf_rows.append({"spec": spec_id, "shape": list(row.shape), "error": row.error,
-                                     "student_gflops": row.student_gflops, "baseline_gflops": row.baseline_gflops,
-                                     "reference_gflops": reference.get(spec_id, {}).get(row.shape, 0.0)})
-    result.executed_path = str(executed_file)
-    result.code = _answer_cells(executed)
-    return result, executed
+                            timings=dict(outcome.timings), integrity=notes, sandbox=settings.sandbox_label,
+                            run_seed=run_seed)
+    on_gpu = settings.device == "gpu"
+    result.items = score.items(plan.notebook.key, plan.master, verdict, on_gpu, _unjudged(outcome, verdict))
+    result.perf_rows = score.perf_rows(verdict)
+    result.code = [{"id": c.metadata.nbgrader["grade_id"], "source": c.source} for c in sanitized.cells
+                   if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    return result
 
 
 def _missing_or_unreadable(submission: Submission, status: str, message: str, settings: Settings) -> NotebookResult:
     return NotebookResult(submission.student, submission.assignment, submission.notebook, status, message,
                           submission_sha256=sha256(submission.path) if submission.path else "",
-                          grader_version=GRADER_VERSION, device=settings.device_name)
+                          grader_version=GRADER_VERSION, device=settings.device_name, sandbox=settings.sandbox_label)
+
+
+def _check_sandbox(settings: Settings, log: Callable[[str], None]) -> None:
+    if not settings.sandbox:
+        log("WARNING: --no-sandbox: student code runs unisolated; every report says so")
+        return
+    reason = sandbox.unavailable_reason()
+    if reason:
+        raise SandboxUnavailable(f"the sandbox cannot run here ({reason}); install bubblewrap (Debian: "
+                                 "apt-get install bubblewrap), or pass --no-sandbox to grade without isolation")
+
+
+def reference_runs(out: Path, notebooks: list[CourseNotebook], settings: Settings, run_seed: int,
+                   hide: list[str], log: Callable[[str], None]) -> dict[str, dict[str, str]]:
+    """Run and build each reference solution on this GPU (once per OUT, device and grader version)."""
+    found = {}
+    for notebook in notebooks:
+        where = out / "reference" / notebook.assignment / notebook.name
+        marker = where / "device.txt"
+        stamp = f"{settings.device_name}\n{GRADER_VERSION}\n{json.dumps(settings.bench_shapes)}\n"
+        if settings.force or not marker.exists() or marker.read_text() != stamp:
+            log(f"recording the reference solution {notebook.key} on {settings.device_name}")
+            where.mkdir(parents=True, exist_ok=True)
+            solution = nbformat.read(str(notebook.solution_path), as_version=4)
+            nbformat.write(solution, str(where / "sanitized.ipynb"))
+            task = Task("reference", solution, notebook_plan(notebook), where, settings, run_seed, hide,
+                        bench_only=True, gpu="0")
+            graded = run_task(task)
+            if graded.outcome.status != results.OK:
+                settings.notes.append(f"reference solution {notebook.key}: {graded.outcome.status}: "
+                                      f"{graded.outcome.message}")
+                continue
+            marker.write_text(stamp)
+        found[notebook.key] = {"export": str(where / "export"), "built": str(where / "built")}
+    return found
 
 
 def grade(submissions_root: Path, out: Path, settings: Settings,
           log: Callable[[str], None] = print, progress: Callable[[int, int, NotebookResult], None] | None = None,
           ) -> list[NotebookResult]:
     """Grade every submission under ``submissions_root`` into ``out``; returns all results."""
+    _check_sandbox(settings, log)
+    for stale in sandbox.cleanup_stale():
+        log(f"removed {stale}, left by a grader that was stopped")
     out.mkdir(parents=True, exist_ok=True)
+    run_seed = settings.seed if settings.seed is not None else secrets.randbits(63)
     notebooks = course_notebooks()
     url = gradebook.db_url(out)
     gradebook.register(url, notebooks)
@@ -173,18 +367,21 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     if kept:
         log(f"{kept} notebook(s) already graded by grader {GRADER_VERSION} on {settings.device_name}: kept "
             "(use --force to grade them again)")
+    hide = [str(p) for p in (SOLUTIONS, submissions_root.resolve(), out.resolve())]
     needed = sorted({(s.assignment, s.notebook) for s in todo if s.path})
-    reference: score.ReferenceRates = {}
+    plans = {f"{a}/{n}": notebook_plan(find_course_notebook(a, n)) for a, n in needed}
+    reference: dict[str, dict[str, str]] = {}
     if settings.device == "gpu" and needed:
-        reference = reference_rates(out, [find_course_notebook(a, n) for a, n in needed], settings, log)
+        reference = reference_runs(out, [find_course_notebook(a, n) for a, n in needed], settings, run_seed,
+                                   hide, log)
 
-    def finish(submission: Submission, result: NotebookResult, executed: nbformat.NotebookNode | None) -> None:
-        gradebook.record(url, result, executed)
+    def finish(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None) -> None:
+        gradebook.record(url, result, notebook)
         results.write_json_atomic(result_path(out, submission), result.to_json())
 
     done = 0
-    tasks = []
-    sanitize_notes: dict[str, list[str]] = {}
+    tasks: list[tuple[Submission, Task]] = []
+    notes: dict[str, list[str]] = {}
     for submission in todo:
         if submission.path is None:
             result = _missing_or_unreadable(submission, results.MISSING, "no notebook was submitted", settings)
@@ -194,8 +391,10 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
                 run = run_dir(out, submission)
                 run.mkdir(parents=True, exist_ok=True)
                 nbformat.write(cleaned.notebook, str(run / "sanitized.ipynb"))
-                sanitize_notes[submission.key] = cleaned.notes
-                tasks.append((submission, _job(run / "sanitized.ipynb", settings)))
+                notes[submission.key] = cleaned.notes
+                key = f"{submission.assignment}/{submission.notebook}"
+                tasks.append((submission, Task(submission.student, cleaned.notebook, plans[key], run, settings,
+                                               run_seed, hide, reference=reference.get(key))))
                 continue
             result = _missing_or_unreadable(submission, cleaned.status, cleaned.message, settings)
         finish(submission, result, None)
@@ -203,18 +402,17 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
         if progress:
             progress(done, len(todo), result)
 
-    jobs_by_key = {s.key: job for s, job in tasks}
-    for submission, outcome in run_local(tasks, local_slots(settings.device, settings.jobs)):
-        run = run_dir(out, submission)
-        _keep_run(jobs_by_key[submission.key], run)
+    tasks_by_key = {s.key: task for s, task in tasks}
+    for submission, graded in run_local(tasks, local_slots(settings.device, settings.jobs), run=run_task):
+        task = tasks_by_key[submission.key]
         try:
-            result, executed = _score(submission, outcome, run, settings, reference,
-                                      sanitize_notes[submission.key])
-        except Exception as error:  # a notebook the scorer cannot read must not stop the batch
-            result, executed = _missing_or_unreadable(
-                submission, results.GRADER_ERROR, f"scoring failed: {type(error).__name__}: {error}", settings
-            ), None
-        finish(submission, result, executed)
+            if not isinstance(graded, Graded):  # the worker itself failed: an Outcome saying how
+                graded = Graded(graded, None)
+            result = _result(submission, graded, task.plan, task.notebook, settings, run_seed, notes[submission.key])
+        except Exception as error:  # a result the scorer cannot make must not stop the batch
+            result = _missing_or_unreadable(
+                submission, results.GRADER_ERROR, f"scoring failed: {type(error).__name__}: {error}", settings)
+        finish(submission, result, task.notebook)
         done += 1
         if progress:
             progress(done, len(todo), result)

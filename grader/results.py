@@ -17,6 +17,8 @@ CUDA_ERROR = "cuda_error"
 CORRUPT = "corrupt"
 MISSING = "missing"
 GRADER_ERROR = "grader_error"
+MEMORY = "memory"
+OUTPUT_LIMIT = "output_limit"
 
 # Item statuses.
 PASSED, FAILED, PARTIAL, PENDING, NOT_RUN = "passed", "failed", "partial", "pending", "not_run"
@@ -34,6 +36,7 @@ class ItemResult:
     message: str = ""
     measured: str = ""  # e.g. "41200 GFLOP/s" or "0.81 of cuBLAS"
     threshold: str = ""
+    provisional: bool = False  # decided on a CPU from the sandbox's outputs; the GPU judge is authoritative
 
 
 @dataclass
@@ -52,6 +55,8 @@ class NotebookResult:
     perf_rows: list[dict[str, Any]] = field(default_factory=list)
     executed_path: str = ""
     code: list[dict[str, str]] = field(default_factory=list)  # the student's answer cells
+    sandbox: str = ""  # how the student's code was isolated ("bubblewrap", or why it was not)
+    run_seed: int | None = None  # the grading run's secret seed: with it, a TA can reproduce the grade
 
     @property
     def score(self) -> float:

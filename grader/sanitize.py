@@ -1,31 +1,39 @@
-"""Sanitize a submission: restore locked and test cells from the gradebook's master copy.
+"""Sanitize a submission: rebuild the notebook that is executed from the course's master copy.
 
-nbgrader's own preprocessors do the work (OverwriteCells puts back the source of every locked or
-test cell, hidden tests included, and re-adds deleted grade cells). What the student changed in
-those cells, compared with the notebook they were given, is kept as notes for the feedback page.
-A file that is not a readable notebook becomes a status, not an exception.
+The master copy is the solution notebook as nbgrader stores it in the gradebook (stubs in the answer
+cells, hidden tests kept). Every nbgrader cell of the master comes back in master order with the
+master's metadata and cell type, so nbgrader's later steps see exactly the master's grade cells, ids
+and points. The student's work survives only as the source of the master's answer (solution) cells
+and as ordinary cells they added, which keep their place after the master cell that preceded them.
+Every change the grader undoes becomes a note for the feedback page. A file that is not a readable
+notebook becomes a status, not an exception.
+
+Student cells are matched to master cells by grade id; locked cells that lost it, by their released
+source; answer cells that lost it, by position between matched neighbours.
 """
 
 from __future__ import annotations
 
-import logging
+import copy
+import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
-from nbgrader.preprocessors import (
-    CheckCellMetadata,
-    ClearOutput,
-    DeduplicateIds,
-    OverwriteCells,
-    OverwriteKernelspec,
-)
+from nbgrader.preprocessors import ClearOutput
 
 from grader import results
 from grader.layout import find_course_notebook
-from grader.release import NBFORMAT_VERSION, student_version
+from grader.release import NBFORMAT_VERSION, master_version, student_version
+
+_FLAGS = ("grade", "solution", "locked", "points")
+# papermill injects the grader's parameters after the first cell with this tag: only the master's may have it.
+_RESERVED_TAGS = ("parameters", "injected-parameters")
+_CELL_ID = re.compile(r"^[a-zA-Z0-9-_]{1,64}$")
 
 
 @dataclass
@@ -36,19 +44,19 @@ class Sanitized:
     notes: list[str] = field(default_factory=list)
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 def read_submission(path: Path) -> tuple[NotebookNode | None, str]:
     """The notebook, or None and why it could not be read."""
     try:
-        nb = nbformat.read(str(path), as_version=NBFORMAT_VERSION)
+        text = path.read_text(encoding="utf-8")
+        if not text.strip():
+            return None, "not a readable Jupyter notebook (the file is empty)"
+        raw = json.loads(text)
+        version = raw.get("nbformat") if isinstance(raw, dict) else None
+        if version != NBFORMAT_VERSION:
+            found = f"format {version}" if isinstance(version, int) else "no notebook format"
+            return None, (f"not a readable Jupyter notebook ({found}; expected format {NBFORMAT_VERSION}: "
+                          "open it in a current Jupyter and save it again)")
+        nb = nbformat.reads(text, as_version=NBFORMAT_VERSION)
         nbformat.validate(nb)
     except Exception as error:  # JSON, schema and encoding errors all mean "not a notebook"
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -56,56 +64,230 @@ def read_submission(path: Path) -> tuple[NotebookNode | None, str]:
     return nb, ""
 
 
+def _nbgrader(cell: NotebookNode) -> dict[str, Any]:
+    meta = cell.get("metadata", {}).get("nbgrader")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _grade_id(cell: NotebookNode) -> str | None:
+    grade_id = _nbgrader(cell).get("grade_id")
+    return grade_id if isinstance(grade_id, str) and grade_id else None
+
+
+def _same(key: str, old: Any, new: Any) -> bool:
+    if key == "points":
+        try:
+            return float(old) == float(new)
+        except (TypeError, ValueError):
+            return False
+    return new is bool(old) or (new is None and not old)  # nbgrader reads a missing flag as False
+
+
 @cache
-def _released_cells(assignment: str, notebook: str) -> dict[str, NotebookNode]:
+def _course(assignment: str, notebook: str) -> tuple[NotebookNode, NotebookNode] | None:
+    """The master notebook and the released (student) one."""
     course_notebook = find_course_notebook(assignment, notebook)
     if course_notebook is None:
-        return {}
-    return {c.metadata.nbgrader["grade_id"]: c for c in student_version(course_notebook).cells
-            if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
+        return None
+    return master_version(course_notebook), student_version(course_notebook)
 
 
-def tampering(nb: NotebookNode, assignment: str, notebook: str) -> list[str]:
-    """What the student changed in cells they may not change, compared with the notebook they received."""
-    released = _released_cells(assignment, notebook)
-    submitted = {c.metadata.nbgrader["grade_id"]: c for c in nb.cells
-                 if c.get("metadata", {}).get("nbgrader", {}).get("grade_id")}
-    notes = []
-    for grade_id, cell in released.items():
-        if not cell.metadata.nbgrader.get("locked"):
+def _in_order(matched: list[tuple[int, int]]) -> set[int]:
+    """Of (master index, student position) pairs in master order, the master indices of the longest run
+    whose student positions increase: the others were moved."""
+    runs: list[list[int]] = []
+    for k, (_, position) in enumerate(matched):
+        before = [runs[j] for j in range(k) if matched[j][1] < position]
+        runs.append([*max(before, key=len, default=[]), k])
+    return {matched[k][0] for k in max(runs, key=len, default=[])}
+
+
+def _ordinary(cell: NotebookNode, notes: list[str]) -> NotebookNode:
+    """A student cell as an ordinary cell: no nbgrader metadata, no papermill parameters tag."""
+    cell = copy.deepcopy(cell)
+    cell.metadata.pop("nbgrader", None)
+    tags = cell.metadata.get("tags")
+    if isinstance(tags, list) and any(tag in _RESERVED_TAGS for tag in tags):
+        cell.metadata.tags = [tag for tag in tags if tag not in _RESERVED_TAGS]
+        notes.append("a cell you added was tagged 'parameters'; the tag was removed so the grader's settings apply")
+    return cell
+
+
+def _extra_note(cell: NotebookNode, master_ids: set[str]) -> str | None:
+    meta, grade_id = _nbgrader(cell), _grade_id(cell)
+    if grade_id in master_ids:
+        return (f"a second cell claims to be {grade_id}; only the course's {grade_id} is graded, "
+                "the copy runs as an ordinary cell")
+    if grade_id and meta.get("grade"):
+        return (f"cell '{grade_id}' claimed {meta.get('points', 0)} points; extra grade cells are not graded "
+                "(it runs as an ordinary cell)")
+    if grade_id:
+        return f"cell '{grade_id}' is not a grader cell of this notebook; its grader metadata was removed"
+    if any(meta.get(flag) for flag in ("grade", "solution", "locked")):
+        return "a cell carried grader flags without a grade id; they were removed"
+    return None
+
+
+def rebuild(nb: NotebookNode, master: NotebookNode, release: NotebookNode) -> tuple[NotebookNode, list[str]]:
+    """The notebook to execute: the master's nbgrader cells with the student's answers, plus their own cells.
+
+    ``release`` is the notebook the student received; its notebook metadata (the master's plus the
+    course's notes for students) replaces whatever the submission carries.
+    """
+    out = copy.deepcopy(master)
+    out.metadata = copy.deepcopy(release.metadata)
+    if not nb.cells:
+        return out, ["the notebook had no cells; it was rebuilt from the course notebook, so every answer is "
+                     "the stub and scores 0"]
+    mine = nb.cells
+    released = {_grade_id(c): c for c in release.cells if _grade_id(c)}
+    masters = [c for c in master.cells if _grade_id(c)]
+    master_ids = {_grade_id(c) for c in masters}
+    solution = [bool(_nbgrader(c).get("solution")) for c in masters]
+
+    def released_source(k: int) -> str:
+        return released.get(_grade_id(masters[k]), masters[k]).source
+
+    match: dict[int, int] = {}  # master index -> student position
+    how: dict[int, str] = {}
+    for k, cell in enumerate(masters):
+        same_id = [i for i, c in enumerate(mine) if _grade_id(c) == _grade_id(cell)]
+        # Of several locked cells with one id, the unedited one is the real one.
+        unedited = [i for i in same_id if not solution[k] and mine[i].source == released_source(k)]
+        if same_id:
+            match[k], how[k] = (unedited or same_id)[0], "id"
+    for k, cell in enumerate(masters):
+        if k in match or solution[k]:
             continue
-        mine = submitted.get(grade_id)
-        if mine is None:
-            notes.append(f"cell {grade_id} was deleted (or its metadata removed); the grader put it back")
-        elif mine.cell_type != cell.cell_type:
-            notes.append(f"cell {grade_id} was turned into {mine.cell_type}; the grader restored it")
-        elif mine.source != cell.source:
+        sources = {released_source(k), cell.source} - {""}
+        claimed = set(match.values())
+        found = [i for i, c in enumerate(mine) if i not in claimed and c.source in sources]
+        after = max((match[j] for j in range(k) if j in match), default=-1)
+        if found:
+            match[k], how[k] = next((i for i in found if i > after), found[0]), "source"
+
+    anchors = _in_order(sorted(match.items()))
+    missing = [k for k in range(len(masters)) if solution[k] and k not in match]
+    gaps: dict[tuple[int, int], list[int]] = {}
+    for k in missing:
+        lo = max((j for j in anchors if j < k), default=None)
+        hi = min((j for j in anchors if j > k), default=None)
+        span = (-1 if lo is None else match[lo], len(mine) if hi is None else match[hi])
+        gaps.setdefault(span, []).append(k)
+    ambiguous: dict[int, int] = {}
+    for (lo, hi), ks in gaps.items():
+        claimed = set(match.values())
+        cands = [i for i in range(lo + 1, hi) if i not in claimed and mine[i].cell_type == masters[ks[0]].cell_type]
+        if len(cands) == len(ks):
+            pairs = list(zip(ks, cands, strict=True))
+        else:  # several candidates: the cell id the student received can still tell which is which
+            pairs = [(k, same[0]) for k in ks
+                     if len(same := [i for i in cands if mine[i].get("id") == masters[k].get("id")]) == 1]
+            ambiguous.update({k: len(cands) for k in ks if cands})
+        for k, i in pairs:
+            match[k], how[k] = i, "position"
+            ambiguous.pop(k, None)
+            anchors.add(k)
+
+    notes: list[str] = []
+    recognised: list[str] = []  # one note for them all: stripping every cell's metadata is one act
+    for k, cell in enumerate(masters):
+        grade_id = _grade_id(cell)
+        if k not in match:
+            if not solution[k]:
+                notes.append(f"cell {grade_id} was missing (deleted, or its grader metadata removed); "
+                             "the grader put the original back")
+            elif k in ambiguous:
+                notes.append(f"answer cell {grade_id} had lost its grader metadata and {ambiguous[k]} cells could "
+                             "be it; the stub was put back, so it scores 0 (your cells run as ordinary cells)")
+            else:
+                notes.append(f"answer cell {grade_id} was missing; the stub was put back, so it scores 0")
+            continue
+        theirs = mine[match[k]]
+        what = "your answer cell" if solution[k] else "cell"
+        if how[k] == "id":
+            for flag in _FLAGS:
+                old, new = _nbgrader(cell).get(flag), _nbgrader(theirs).get(flag)
+                if (flag == "points" and old is None) or _same(flag, old, new):
+                    continue
+                notes.append(f"points of {grade_id} were changed from {old} to {new}; restored" if flag == "points"
+                             else f"the '{flag}' flag of {grade_id} was changed from {old} to {new}; restored")
+        else:
+            new_id = _grade_id(theirs)
+            if how[k] == "source" and not new_id:
+                recognised.append(grade_id)
+            else:
+                lost = f"had its grade id changed to '{new_id}'" if new_id else "had lost its grader metadata"
+                found = ("it was matched by position and graded" if how[k] == "position"
+                         else "the grader recognised it by its code and restored it")
+                notes.append(f"{what} {grade_id} {lost}; {found}")
+        if theirs.cell_type != cell.cell_type:
+            notes.append(f"{what} {grade_id} was turned into {theirs.cell_type}; "
+                         + (f"it was run as {cell.cell_type}" if solution[k] else "the grader restored it"))
+        if not solution[k] and theirs.source != released_source(k) and theirs.source != cell.source:
             notes.append(f"cell {grade_id} was edited; the grader restored the original")
-    return notes
+        if k not in anchors:
+            notes.append(f"{what} {grade_id} was moved; it runs in its original place")
+
+    if len(recognised) == 1:
+        notes.append(f"cell {recognised[0]} had lost its grader metadata; the grader recognised it by its code "
+                     "and restored it")
+    elif recognised:
+        notes.append(f"cells {', '.join(recognised)} had lost their grader metadata; the grader recognised them "
+                     "by their code and restored them")
+    owner = {i: k for k, i in match.items()}
+    following: dict[int | None, list[NotebookNode]] = {}
+    current: int | None = None
+    for i, cell in enumerate(mine):
+        if i in owner:
+            current = owner[i]
+            continue
+        if (note := _extra_note(cell, master_ids)) is not None:
+            notes.append(note)
+        following.setdefault(current, []).append(_ordinary(cell, notes))
+
+    cells = list(following.get(None, []))
+    for k, cell in enumerate(masters):
+        cell = copy.deepcopy(cell)
+        if solution[k] and k in match:
+            cell.source = mine[match[k]].source
+        cells += [cell, *following.get(k, [])]
+    out.cells = cells
+    _unique_cell_ids(out)
+    return out, notes
+
+
+def _unique_cell_ids(nb: NotebookNode) -> None:
+    """Master cells keep their ids; a student cell whose id is missing, invalid or taken gets a fresh one."""
+    taken = {c.get("id") for c in nb.cells if _grade_id(c)}
+    serial = 0
+    for cell in nb.cells:
+        if _grade_id(cell):
+            continue
+        cell_id = cell.get("id")
+        while not isinstance(cell_id, str) or not _CELL_ID.match(cell_id) or cell_id in taken:
+            serial += 1
+            cell_id = f"student-{serial}"
+        cell.id = cell_id
+        taken.add(cell_id)
 
 
 def sanitize(path: Path, assignment: str, notebook: str, student: str, db_url: str) -> Sanitized:
+    """The notebook to execute, rebuilt from the master copy, and what the grader undid.
+
+    ``student`` and ``db_url`` are not needed: the master copy is rebuilt from solutions/, the same
+    notebook the gradebook was registered from (``gradebook.register`` refuses any other).
+    """
     nb, problem = read_submission(path)
     if nb is None:
         return Sanitized(results.CORRUPT, problem)
-    notes = tampering(nb, assignment, notebook)
-    collector = _Collect()
-    log = logging.getLogger(f"grader.sanitize.{student}.{assignment}.{notebook}")
-    log.propagate = False
-    log.addHandler(collector)
-    resources = {"nbgrader": {"notebook": notebook, "assignment": assignment, "student": student,
-                              "db_url": db_url}}
-    preprocessors = [ClearOutput(log=log), DeduplicateIds(log=log), OverwriteKernelspec(log=log),
-                     OverwriteCells(log=log, add_missing_cells=True), CheckCellMetadata(log=log)]
+    course = _course(assignment, notebook)
+    if course is None:
+        return Sanitized(results.GRADER_ERROR, f"{assignment}/{notebook} is not a notebook of this course")
     try:
-        for preprocessor in preprocessors:
-            nb, resources = preprocessor.preprocess(nb, resources)
-    except Exception as error:  # e.g. metadata so broken that nbgrader refuses the notebook
-        return Sanitized(results.CORRUPT, f"nbgrader could not sanitize it: {type(error).__name__}: {error}"[:500])
-    finally:
-        log.removeHandler(collector)
-    # nbgrader's own warnings also fire for the hidden tests it restores, which students never had;
-    # only its other complaints are kept beside the comparison with the released notebook.
-    ignored = ("has changed!", "Missing grade cell")
-    notes += [m for m in collector.messages if not any(text in m for text in ignored)]
-    return Sanitized(results.OK, notebook=nb, notes=notes)
+        rebuilt, notes = rebuild(nb, *course)
+        rebuilt, _ = ClearOutput().preprocess(rebuilt, {})
+        nbformat.validate(rebuilt)
+    except Exception as error:  # metadata so odd that the rebuild fails must not stop the batch
+        return Sanitized(results.CORRUPT, f"the grader could not rebuild it: {type(error).__name__}: {error}"[:500])
+    return Sanitized(results.OK, notebook=rebuilt, notes=notes)

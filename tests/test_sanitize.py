@@ -63,7 +63,12 @@ def test_the_students_answers_are_kept(tmp_path, db):
     assert _cell(cleaned.notebook, "matmul_kernel").source.endswith("return 'mine'")
 
 
-@pytest.mark.parametrize("content", [b"{ not json", b"", b'{"cells": 3}', b"\xff\xfe garbage"])
+NBFORMAT_3 = b'{"nbformat": 3, "nbformat_minor": 0, "metadata": {}, "worksheets": [{"cells": []}]}'
+NO_CELLS = b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}}'
+
+
+@pytest.mark.parametrize("content", [b"{ not json", b"", b'{"cells": 3}', b"\xff\xfe garbage", b"\x00\x01\x02" * 50,
+                                     NBFORMAT_3, NO_CELLS, b"[1, 2]", b'"a string"', b"[" * 100_000])
 def test_an_unreadable_file_is_corrupt_not_a_crash(tmp_path, db, content):
     path = tmp_path / "submitted.ipynb"
     path.write_bytes(content)

@@ -7,6 +7,7 @@ true fp32 arithmetic and compares it with cuBLAS's fp32 SGEMM (TF32 off) in the 
 
 from __future__ import annotations
 
+import random
 import secrets
 
 import torch
@@ -51,6 +52,24 @@ def freivalds_error(inputs: Inputs, out: torch.Tensor) -> float:
     expected = a.double() @ (b.double() @ x)
     got = out.double() @ x
     return float(torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected))
+
+
+_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 251, 509, 1021, 2039, 3001)
+
+
+def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
+    """Two shapes per grading run: each side 1, a prime, or an odd size, kept small for the interpreter."""
+    limit = 3001 if has_gpu else 70
+
+    def side() -> int:
+        choice = rng.random()
+        if choice < 0.15:
+            return 1
+        if choice < 0.6:
+            return rng.choice([p for p in _PRIMES if p <= limit])
+        return rng.randrange(1, limit + 1, 2)
+
+    return tuple((side(), side(), side()) for _ in range(2))
 
 
 SPEC = register(
@@ -110,5 +129,8 @@ SPEC = register(
             ),
         ),
         spot_error=freivalds_error,
+        notebook="week1/day7_fast_matmul",
+        correctness_cells={"test_matmul_visible": "visible", "test_matmul_hidden": "hidden"},
+        draw_hidden=draw_hidden,
     )
 )

@@ -1,0 +1,99 @@
+"""What leaves the sandbox after a graded run: launch plans, outputs and answers, as plain data.
+
+The grader appends one cell to the notebook it runs; that cell calls ``write(globals(), request)``.
+For each graded function named in the request it records the launch plan of one call per judged
+shape (``course.plan``); on a CPU it also keeps each output as a ``.npy`` file. The values of the
+answer variables the grader's test cells read are written as JSON (exact built-in types only:
+a subclass of ``int`` is reported as an unsupported type, never as an ``int``), arrays as ``.npy``.
+Nothing here is trusted by the grader: it is data for the judge to check.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from course import plan, spec
+
+MAX_DEPTH = 16
+MAX_ITEMS = 10_000
+
+
+def encode_answer(value: Any, arrays: Path, name: str, depth: int = 0) -> dict[str, Any]:
+    """Tagged JSON for one answer value; arrays go to ``arrays/<name>.npy``."""
+    kind = type(value)
+    if value is None or kind in (bool, int, str):
+        return {"value": value}
+    if kind is float:
+        return {"value": value} if math.isfinite(value) else {"float": repr(value)}
+    if depth < MAX_DEPTH and kind in (list, tuple) and len(value) <= MAX_ITEMS:
+        items = [encode_answer(v, arrays, f"{name}.{i}", depth + 1) for i, v in enumerate(value)]
+        return {kind.__name__: items}
+    if depth < MAX_DEPTH and kind is dict and len(value) <= MAX_ITEMS and all(type(k) is str for k in value):
+        return {"dict": {k: encode_answer(v, arrays, f"{name}.{k}", depth + 1) for k, v in value.items()}}
+    if kind in (np.ndarray, torch.Tensor):
+        array = value.detach().cpu().numpy() if kind is torch.Tensor else value
+        if array.dtype.kind not in "biuf":
+            return {"unsupported": f"array of {array.dtype}"}
+        arrays.mkdir(parents=True, exist_ok=True)
+        path = arrays / f"{len(list(arrays.iterdir()))}.npy"
+        np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+        return {"array": path.name, "torch": kind is torch.Tensor}
+    return {"unsupported": f"{kind.__module__}.{kind.__qualname__}"}
+
+
+def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, outputs: Path) -> dict[str, Any]:
+    exercise = spec.get(job["spec"])
+    fn = namespace.get(exercise.function)
+    if not callable(fn):
+        return {"error": f"the notebook defines no function {exercise.function!r} (its cell may have failed "
+                         "or been deleted)", "calls": {}}
+    calls = {}
+    for call in job["calls"]:
+        shape, started = tuple(call["shape"]), time.perf_counter()
+        inputs = exercise.make_inputs(shape, int(call["seed"]), device)
+        if job.get("warmup") and device == "cuda":
+            try:  # compiles and autotunes outside the recording
+                fn(*inputs)
+                torch.cuda.synchronize()
+            except Exception:  # the recorded call reports the same failure
+                pass
+        out, recorded = plan.record_call(fn, inputs)
+        entry: dict[str, Any] = {"plan": recorded, "seconds": time.perf_counter() - started}
+        if job.get("keep_outputs") and type(out) is torch.Tensor:
+            outputs.mkdir(parents=True, exist_ok=True)
+            path = outputs / f"{exercise.id}-{call['key']}.npy"
+            np.save(path, out.detach().cpu().numpy(), allow_pickle=False)
+            entry["output"] = path.name
+        calls[call["key"]] = entry
+        del out, inputs
+    return {"calls": calls}
+
+
+def write(namespace: dict[str, Any], request_path: str) -> None:
+    """Record what the request asks for from the notebook's ``namespace`` into the request's folder."""
+    request = json.loads(Path(request_path).read_text(encoding="utf-8"))
+    out = Path(request["out"])
+    out.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    answers = {}
+    for name in request.get("answers", []):
+        answers[name] = (encode_answer(namespace[name], out / "arrays", name) if name in namespace
+                         else {"missing": True})
+    kernels = {}
+    device = request["device"]
+    for job in request.get("kernels", []):
+        try:
+            kernels[job["spec"]] = _record_kernel(namespace, job, device, out / "outputs")
+        except Exception as error:  # e.g. out of memory while making inputs: reported, not raised
+            kernels[job["spec"]] = {"error": f"recording failed: {type(error).__name__}: {error}"[:500], "calls": {}}
+    result = {"answers": answers, "kernels": kernels, "seconds": time.perf_counter() - began}
+    (out / "export.json").write_text(json.dumps(result), encoding="utf-8")
+    print(f"grader: recorded {sum(len(k['calls']) for k in kernels.values())} kernel calls and "
+          f"{len(answers)} answers for the judge")

@@ -1,0 +1,369 @@
+"""Record the launch plan of one call of a graded function, as plain data for the grader's judge.
+
+While ``record_call(fn, inputs)`` runs ``fn(*inputs)`` it notes every buffer the call allocates
+(through torch), every Triton launch (the kernel, its specialisation and compile options, the grid,
+each scalar, and for each pointer which buffer it points into and where), and every other torch
+operation. The judge replays the plan on its own inputs without running any Python of the
+student's: allocations and views are allowed in a graded function; anything else done with the
+data (a library call, host work, a second stream) cannot be replayed and is listed in
+``problems``. The plan is JSON: it leaves the sandbox as data, and the judge trusts none of it
+beyond what it can check.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+PLAN_VERSION = 1
+# Options a launch may set; the builder compiles the notebook's kernel with exactly these.
+COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
+                   "launch_cooperative_grid", "launch_pdl")
+
+_aten = torch.ops.aten
+# Factory ops: what the allocated buffer starts as ("empty": the judge fills it with NaN).
+_ALLOCATIONS: dict[Any, str] = {
+    _aten.empty.memory_format: "empty", _aten.empty_strided.default: "empty", _aten.empty_like.default: "empty",
+    _aten.new_empty.default: "empty", _aten.new_empty_strided.default: "empty",
+    _aten.zeros.default: "zeros", _aten.zeros_like.default: "zeros", _aten.new_zeros.default: "zeros",
+    _aten.ones.default: "ones", _aten.ones_like.default: "ones", _aten.new_ones.default: "ones",
+    _aten.full.default: "full", _aten.full_like.default: "full", _aten.new_full.default: "full",
+}
+_FULL_VALUE_ARG = {_aten.full.default: 1, _aten.full_like.default: 1, _aten.new_full.default: 2}
+_FILLS = {_aten.zero_.default: "zeros", _aten.fill_.Scalar: "full"}
+# Ops that only read metadata or make views (no data moves).
+_METADATA = {_aten.detach.default, _aten.alias.default, _aten.sym_size.int, _aten.sym_stride.int,
+             _aten.sym_numel.default, _aten.sym_storage_offset.default, _aten.is_contiguous.default,
+             _aten.is_contiguous.memory_format}
+
+_LOC_LINES = re.compile(r"^#loc.*$", re.MULTILINE)
+
+
+def _strip_locations(text: str) -> str:
+    """TTGIR without source locations (file names and line numbers differ between two builds)."""
+    text = _LOC_LINES.sub("", text)
+    out, i = [], 0
+    while i < len(text):
+        j = text.find("loc(", i)
+        if j < 0 or (j > 0 and (text[j - 1].isalnum() or text[j - 1] in "_.#")):
+            if j < 0:
+                out.append(text[i:])
+                break
+            out.append(text[i:j + 4])
+            i = j + 4
+            continue
+        out.append(text[i:j].rstrip(" "))
+        depth, k = 0, j + 3
+        while k < len(text):
+            depth += {"(": 1, ")": -1}.get(text[k], 0)
+            k += 1
+            if depth == 0:
+                break
+        i = k
+    return "\n".join(line.rstrip() for line in "".join(out).splitlines() if line.strip())
+
+
+def ttgir_digest(text: str) -> str:
+    """A digest of a kernel's TTGIR that two builds of the same source and specialisation share."""
+    return hashlib.sha256(_strip_locations(text).encode()).hexdigest()
+
+
+def encode_value(value: Any) -> dict[str, Any] | None:
+    """A constexpr or scalar as tagged JSON, or None when it is of no supported type."""
+    import triton.language as tl
+
+    if value is None:
+        return {"none": True}
+    if type(value) is bool:
+        return {"bool": value}
+    if type(value) is int:
+        return {"int": value}
+    if type(value) is float:
+        return {"float": repr(value)}
+    if type(value) is str:
+        return {"str": value}
+    if isinstance(value, tl.dtype):
+        return {"dtype": str(value)}
+    return None
+
+
+def decode_value(data: dict[str, Any]) -> Any:
+    import triton.language as tl
+
+    if "none" in data:
+        return None
+    if "bool" in data:
+        return bool(data["bool"])
+    if "int" in data:
+        return int(data["int"])
+    if "float" in data:
+        return float(data["float"])
+    if "str" in data:
+        return str(data["str"])
+    if "dtype" in data:
+        return tl.dtype(str(data["dtype"]))
+    raise ValueError(f"unknown value encoding {sorted(data)}")
+
+
+@dataclass
+class _Buffer:
+    name: str
+    base: int
+    nbytes: int
+    info: dict[str, Any]
+
+
+@dataclass
+class _Recording:
+    inputs: list[_Buffer]
+    allocations: list[_Buffer] = field(default_factory=list)
+    launches: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    stream: Any = None
+    in_launch: int = 0
+
+    def locate(self, address: int) -> dict[str, Any] | None:
+        # Later allocations first: the caching allocator may hand out an address range again.
+        for buffer in [*reversed(self.allocations), *self.inputs]:
+            if buffer.base <= address < buffer.base + max(buffer.nbytes, 1):
+                return {"buffer": buffer.name, "offset": address - buffer.base}
+        return None
+
+    def problem(self, text: str) -> None:
+        if text not in self.problems:
+            self.problems.append(text)
+
+
+_state = threading.local()
+
+
+def _current() -> _Recording | None:
+    return getattr(_state, "recording", None)
+
+
+def _storage(tensor: torch.Tensor) -> tuple[int, int]:
+    storage = tensor.untyped_storage()
+    return storage.data_ptr(), storage.nbytes()
+
+
+class _WatchOps(TorchDispatchMode):
+    """Notes allocations and fills; any other data op makes the plan unreplayable."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        recording = _current()
+        if recording is None or recording.in_launch:
+            return out
+        if func in _ALLOCATIONS and isinstance(out, torch.Tensor):
+            base, nbytes = _storage(out)
+            init = _ALLOCATIONS[func]
+            info = {"nbytes": nbytes, "dtype": str(out.dtype).removeprefix("torch."), "init": init}
+            if init == "ones":
+                info.update(init="full", value=1.0)
+            elif init == "full":
+                fill = args[_FULL_VALUE_ARG[func]] if len(args) > _FULL_VALUE_ARG[func] else None
+                info["value"] = float(fill) if isinstance(fill, int | float) else None
+            recording.allocations.append(_Buffer(f"alloc{len(recording.allocations)}", base, nbytes, info))
+        elif func in _FILLS and isinstance(args[0], torch.Tensor):
+            where = recording.locate(_storage(args[0])[0])
+            if where is None or not where["buffer"].startswith("alloc") or where["offset"] != 0:
+                recording.problem(f"{func} wrote to memory not allocated in the call")
+            else:
+                buffer = next(b for b in recording.allocations if b.name == where["buffer"])
+                buffer.info["init"] = _FILLS[func]
+                if func is _aten.fill_.Scalar:
+                    buffer.info["value"] = float(args[1]) if isinstance(args[1], int | float) else None
+        elif func in _METADATA or getattr(func, "is_view", False):
+            pass
+        else:
+            recording.problem(f"the graded function called torch operation {func}: only allocations, views "
+                              "and kernel launches can be replayed")
+        return out
+
+
+def _record_launch(jit_fn: Any, args: tuple, kwargs: dict, grid: Any, kernel: Any, stream: Any) -> None:
+    """Add one Triton launch (compiled, on a GPU) to the current recording."""
+    from triton import knobs
+    from triton.runtime.driver import driver
+
+    recording = _current()
+    launch: dict[str, Any] = {"kernel": jit_fn.fn.__name__}
+    kw = dict(kwargs)
+    kw["debug"] = kw.get("debug", jit_fn.debug) or knobs.runtime.debug
+    kw["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    device = driver.active.get_current_device()
+    _, _, target, backend, binder = jit_fn.device_caches[device]
+    bound_args, specialization, options = binder(*args, **kw)
+    options, signature, constexprs, attrs = jit_fn._pack_args(backend, kw, bound_args, specialization, options)
+    if callable(grid):
+        grid = grid(bound_args)
+    grid = [int(g) for g in (*grid, 1, 1)[:3]]
+    if any(not isinstance(t, str) for t in signature.values()):
+        recording.problem(f"kernel {launch['kernel']} takes tuple arguments, which the judge cannot replay")
+        return
+    encoded = []
+    for path, value in constexprs.items():
+        tagged = encode_value(value)
+        if tagged is None:
+            recording.problem(f"constexpr {path} of kernel {launch['kernel']} has type {type(value).__name__}")
+            return
+        encoded.append([list(path), tagged])
+    arguments = []
+    for (name, kind), value in zip(signature.items(), bound_args.values(), strict=True):
+        if kind == "constexpr":
+            continue
+        if kind.startswith("*"):
+            address = value.data_ptr() if hasattr(value, "data_ptr") else int(value)
+            where = recording.locate(address)
+            if where is None:
+                recording.problem(f"argument {name} of kernel {launch['kernel']} points to memory that is neither "
+                                  "an input nor allocated in the call")
+                return
+            arguments.append({"name": name, "pointer": where})
+        else:
+            tagged = encode_value(value)
+            if tagged is None:
+                recording.problem(f"argument {name} of kernel {launch['kernel']} has type {type(value).__name__}")
+                return
+            arguments.append({"name": name, "scalar": tagged})
+    if stream != recording.stream:
+        recording.problem(f"kernel {launch['kernel']} was launched on another CUDA stream than the caller's")
+    launch.update(
+        signature=dict(signature), constexprs=encoded,
+        attrs=[[list(path), [list(a) for a in value]] for path, value in attrs.items()],
+        options={k: getattr(options, k) for k in COMPILE_OPTIONS if hasattr(options, k)},
+        target={"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size},
+        grid=grid, arguments=arguments,
+        ttgir_digest=ttgir_digest(kernel.asm["ttgir"]) if kernel is not None else None,
+    )
+    recording.launches.append(launch)
+
+
+def _record_interpreted(fn: Any, args: tuple, grid: Any) -> None:
+    """Add one interpreter launch (CPU): the kernel, grid and where each tensor argument points."""
+    recording = _current()
+    arguments = []
+    for name, value in zip(fn.arg_names, args, strict=False):
+        if isinstance(value, torch.Tensor):
+            where = recording.locate(value.data_ptr())
+            if where is None:
+                recording.problem(f"argument {name} of kernel {fn.__name__} points to memory that is neither "
+                                  "an input nor allocated in the call")
+                return
+            arguments.append({"name": name, "pointer": where})
+    recording.launches.append({"kernel": fn.__name__, "interpreted": True, "arguments": arguments,
+                               "grid": [g for g in grid] if isinstance(grid, tuple | list) else "callable"})
+
+
+_installed = False
+
+
+def install() -> None:
+    """Wrap Triton's launch entry points once (they record only while ``record_call`` runs)."""
+    global _installed
+    if _installed:
+        return
+    from triton.runtime import interpreter, jit
+
+    compiled_run = jit.JITFunction.run
+
+    def recording_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        recording = _current()
+        if recording is None or warmup:
+            return compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        from triton.runtime.driver import driver
+
+        stream = driver.active.get_current_stream(driver.active.get_current_device())
+        recording.in_launch += 1
+        try:
+            kernel = compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+            if hasattr(kernel, "result"):
+                kernel = kernel.result()
+            _record_launch(self, args, kwargs, grid, kernel, stream)
+        finally:
+            recording.in_launch -= 1
+        return kernel
+
+    interpreted_run = interpreter.InterpretedFunction.run
+
+    def recording_interpreted(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        recording = _current()
+        if recording is None or warmup:
+            return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        recording.in_launch += 1
+        try:
+            _record_interpreted(self, args, grid)
+            return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:
+            recording.in_launch -= 1
+
+    jit.JITFunction.run = recording_run
+    interpreter.InterpretedFunction.run = recording_interpreted
+    _installed = True
+
+
+@contextmanager
+def _recording(inputs: tuple[torch.Tensor, ...]) -> Iterator[_Recording]:
+    buffers = []
+    for i, tensor in enumerate(inputs):
+        base, nbytes = _storage(tensor)
+        buffers.append(_Buffer(f"in{i}", base, nbytes, {}))
+    recording = _Recording(buffers)
+    if inputs and inputs[0].is_cuda:
+        from triton.runtime.driver import driver
+
+        recording.stream = driver.active.get_current_stream(driver.active.get_current_device())
+    _state.recording = recording
+    try:
+        with _WatchOps():
+            yield recording
+    finally:
+        _state.recording = None
+
+
+def _describe_output(recording: _Recording, out: Any) -> dict[str, Any] | None:
+    if type(out) is not torch.Tensor:
+        recording.problem(f"the graded function returned {type(out).__name__}, not a plain torch.Tensor")
+        return None
+    where = recording.locate(out.data_ptr()) if out.numel() else None
+    base_where = recording.locate(_storage(out)[0])
+    if base_where is None or where is None:
+        recording.problem("the returned tensor was not allocated inside the call through torch "
+                          "(it was made elsewhere, e.g. by NumPy, a library, or before the call)")
+        return None
+    if base_where["buffer"].startswith("in"):
+        recording.problem("the returned tensor is (a view of) an input, not memory the call allocated")
+        return None
+    return {"buffer": base_where["buffer"], "offset": out.storage_offset() * out.element_size(),
+            "shape": list(out.shape), "stride": list(out.stride()), "dtype": str(out.dtype).removeprefix("torch.")}
+
+
+def record_call(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> tuple[Any, dict[str, Any]]:
+    """Call ``fn(*inputs)`` once and return its output with the plan of what it did."""
+    install()
+    with _recording(inputs) as recording:
+        try:
+            out = fn(*inputs)
+            if inputs and inputs[0].is_cuda:
+                torch.cuda.synchronize()
+        except Exception as error:  # a student's function may raise anything; it is reported as data
+            recording.problem(f"the graded function raised {type(error).__name__}: {str(error)[:300]}")
+            out = None
+    plan: dict[str, Any] = {"version": PLAN_VERSION, "problems": recording.problems,
+                            "inputs": [{"nbytes": b.nbytes} for b in recording.inputs],
+                            "allocations": [{"name": b.name, **b.info} for b in recording.allocations],
+                            "launches": recording.launches, "output": None}
+    if out is not None:
+        plan["output"] = _describe_output(recording, out)
+    if not recording.launches and not recording.problems:
+        recording.problem("no Triton kernel was launched by the graded function")
+    return out, plan

@@ -1,0 +1,332 @@
+"""The judge: every verdict of a notebook, computed where none of the student's Python runs.
+
+Inputs are what the sandboxed run exported (launch plans, outputs on a CPU, answers as JSON) and
+what the course built from the notebook's kernel source. On a GPU the judge replays each graded
+function's plan on inputs drawn from a secret seed, checks every output against the reference
+computed afterwards (from the seed, not from buffers the kernel could have touched), and times
+the student's plan, cuBLAS and the reference solution's plan one after another for each
+benchmark shape, in this one process. On a CPU there is no replay: the outputs the sandbox
+returned are compared with the reference, and those verdicts are provisional. The master copies
+of the other test cells run here against the exported answers.
+
+``python -m grader.judge JOB.json`` runs one job (a GPU judge runs in its own process, since a
+student's kernel can break its CUDA context); ``judge(job)`` runs one in-process (CPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from grader import results
+
+MAX_ANSWER_BYTES = 16 * 2**20
+
+
+class Unsupported:
+    """An answer whose type the sandbox would not export (e.g. a subclass of int): equal to nothing."""
+
+    def __init__(self, type_name: str):
+        self.type_name = type_name
+
+    def __repr__(self) -> str:
+        return f"<a value of type {self.type_name}, which the grader does not accept>"
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    __hash__ = object.__hash__
+
+
+def derive_seed(run_seed: int, *parts: object) -> int:
+    """A 63-bit seed for one purpose of one grading run (secret while run_seed is)."""
+    text = ":".join(str(p) for p in (run_seed, *parts))
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+def decode_answer(data: Any, arrays: Path) -> Any:
+    if not isinstance(data, dict):
+        return Unsupported("malformed")
+    if "value" in data and type(data["value"]) in (bool, int, float, str, type(None)):
+        return data["value"]
+    if "float" in data and data["float"] in ("nan", "inf", "-inf"):
+        return float(data["float"])
+    if isinstance(data.get("list"), list):
+        return [decode_answer(v, arrays) for v in data["list"]]
+    if isinstance(data.get("tuple"), list):
+        return tuple(decode_answer(v, arrays) for v in data["tuple"])
+    if isinstance(data.get("dict"), dict):
+        return {str(k): decode_answer(v, arrays) for k, v in data["dict"].items()}
+    if isinstance(data.get("array"), str):
+        path = arrays / Path(data["array"]).name
+        if not path.is_file() or path.stat().st_size > MAX_ANSWER_BYTES:
+            return Unsupported("missing or oversized array")
+        array = np.load(path, allow_pickle=False)
+        if data.get("torch"):
+            import torch
+
+            return torch.from_numpy(array)
+        return array
+    return Unsupported(str(data.get("unsupported", "unknown")))
+
+
+def run_tests(tests: list[dict[str, str]], answers: dict[str, Any], arrays: Path) -> dict[str, dict[str, Any]]:
+    """Run each master test cell against the exported answers; a verdict per grade id."""
+    import torch
+
+    import course
+
+    base: dict[str, Any] = {"course": course, "math": math, "np": np, "torch": torch}
+    for name, data in answers.items():
+        if not (isinstance(data, dict) and data.get("missing")):
+            base[name] = decode_answer(data, arrays)
+    verdicts = {}
+    for test in tests:
+        try:
+            exec(compile(test["source"], f"<test {test['grade_id']}>", "exec"), dict(base))
+            verdicts[test["grade_id"]] = {"passed": True, "message": ""}
+        except AssertionError as error:
+            verdicts[test["grade_id"]] = {"passed": False, "message": str(error) or "an assertion failed"}
+        except NameError as error:
+            missing = getattr(error, "name", None) or str(error)
+            verdicts[test["grade_id"]] = {"passed": False, "message": f"{missing} is not defined in your notebook "
+                                          "(its cell may have failed, been deleted or never run)"}
+        except Exception as error:  # a wrong kind of answer makes a master test raise: a failed item
+            verdicts[test["grade_id"]] = {"passed": False, "message": f"{type(error).__name__}: {error}"[:500]}
+    return verdicts
+
+
+def _read_export(folder: Path) -> dict[str, Any]:
+    path = folder / "export.json"
+    if not path.is_file():
+        return {}
+    if path.stat().st_size > 64 * 2**20:
+        return {"error": "the export is larger than 64 MiB"}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError) as error:
+        return {"error": f"the export is not readable: {type(error).__name__}"}
+    return data if isinstance(data, dict) else {}
+
+
+def _calls_of(export: dict[str, Any], spec_id: str) -> tuple[dict[str, Any], str | None]:
+    entry = (export.get("kernels") or {}).get(spec_id)
+    if not isinstance(entry, dict):
+        return {}, "the notebook run did not reach the grader's recording cell (see the notebook's status)"
+    return (entry.get("calls") if isinstance(entry.get("calls"), dict) else {}), entry.get("error")
+
+
+def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path) -> tuple[bool, str]:
+    """Provisional: the output the sandbox returned against the reference for the same seed."""
+    import torch
+
+    from course.check import compare
+
+    shape = tuple(call["shape"])
+    label = spec.shape_label(shape)
+    plan = recorded.get("plan") if isinstance(recorded, dict) else None
+    if not isinstance(plan, dict):
+        return False, f"{label}: no launch plan was recorded"
+    if plan.get("problems"):
+        return False, f"{label}: {plan['problems'][0]}"
+    if not plan.get("launches"):
+        return False, f"{label}: no Triton kernel was launched by the graded function"
+    name = recorded.get("output")
+    path = outputs / Path(str(name)).name if name else None
+    if path is None or not path.is_file():
+        return False, f"{label}: no output was returned"
+    out = torch.from_numpy(np.load(path, allow_pickle=False))
+    reference = spec.reference(spec.make_inputs(shape, call["seed"], "cpu"))
+    result = compare(spec, shape, out, reference, "cpu")
+    return result.passed, result.message
+
+
+def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
+    from course import spec as specs
+
+    export = _read_export(Path(job["export"]))
+    kernels = {}
+    for spec_job in job["kernels"]:
+        spec = specs.get(spec_job["spec"])
+        calls, error = _calls_of(export, spec.id)
+        sets: dict[str, Any] = {}
+        for call in spec_job["calls"]:
+            verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": True})
+            if error or call["key"] not in calls:
+                passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {error or 'not recorded'}"
+            else:
+                passed, message = _cpu_check(spec, call, calls[call["key"]], Path(job["export"]) / "outputs")
+            verdict["passed"] &= passed
+            verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
+        kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}
+    return {"kernels": kernels}
+
+
+def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
+    """Replay and time every graded function of one notebook (run in a process of its own)."""
+    import torch
+
+    from course import device
+    from course import spec as specs
+    from grader import replay
+
+    device.configure("gpu")
+    student_export = _read_export(Path(job["export"]))
+    reference_export = _read_export(Path(job["reference"]["export"])) if job.get("reference") else {}
+    started = time.perf_counter()
+    student_kernels = replay.load_kernels(Path(job["built"]))
+    reference_kernels = replay.load_kernels(Path(job["reference"]["built"])) if job.get("reference") else None
+    compile_seconds = time.perf_counter() - started
+    verdict: dict[str, Any] = {"kernels": {}, "seconds": {"judge_compile": compile_seconds}}
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for spec_job in job["kernels"]:
+            spec = specs.get(spec_job["spec"])
+            verdict["kernels"][spec.id] = _judge_spec(spec, spec_job, job, student_export, student_kernels,
+                                                      reference_export, reference_kernels)
+    verdict["seconds"]["judge"] = time.perf_counter() - started
+    return verdict
+
+
+def _budget(spec: Any, shape: tuple[int, ...]) -> int:
+    """Bytes a plan may allocate: four times the inputs and output, plus 64 MiB of scratch."""
+    inputs = spec.make_inputs(tuple(1 for _ in shape), 0, "cpu")
+    per_element = 8
+    elements = sum(math.prod(shape) for _ in inputs) + math.prod(spec.output_shape(shape))
+    return 4 * per_element * elements + 64 * 2**20
+
+
+def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export: dict[str, Any],
+                kernels: Any, reference_export: dict[str, Any], reference_kernels: Any) -> dict[str, Any]:
+    import torch
+
+    from course import bench
+    from course.check import compare
+    from grader import replay
+
+    calls, error = _calls_of(export, spec.id)
+    output_shape = spec.output_shape
+    sets: dict[str, Any] = {}
+    broken: str | None = None  # a CUDA error ends all GPU work of this judge
+
+    def run_once(plan: Any, kernels_: Any, shape: tuple[int, ...], seed: int) -> tuple[bool, str]:
+        nonlocal broken
+        label = spec.shape_label(shape)
+        if broken:
+            return False, f"{label}: not run: {broken}"
+        inputs = spec.make_inputs(shape, seed, "cuda")
+        try:
+            prepared = replay.prepare(plan, inputs, kernels_, spec.output_dtype, tuple(output_shape(shape)),
+                                      _budget(spec, shape))
+            out = replay.launch(prepared)
+            torch.cuda.synchronize()
+        except (replay.Unreplayable, ValueError, KeyError, TypeError) as problem:
+            return False, f"{label}: not replayable: {problem}"
+        except Exception as failure:  # a CUDA error in the student's kernel
+            broken = f"a CUDA error in the replay ({type(failure).__name__}: {str(failure)[:200]})"
+            return False, f"{label}: {broken}"
+        result_out = out.clone()
+        del prepared, out, inputs
+        # The reference is computed only now, from the seed: no answer sat in GPU memory while the kernel ran.
+        reference = spec.reference(spec.make_inputs(shape, seed, "cuda"))
+        result = compare(spec, shape, result_out, reference, "cuda")
+        return result.passed, result.message
+
+    for call in spec_job["calls"]:
+        verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": False})
+        shape = tuple(call["shape"])
+        recorded = calls.get(call["key"]) if isinstance(calls, dict) else None
+        if error or not isinstance(recorded, dict):
+            passed, message = False, f"{spec.shape_label(shape)}: {error or 'no launch plan was recorded'}"
+        else:
+            seed = derive_seed(job["run_seed"], job["student"], spec.id, call["key"])
+            passed, message = run_once(recorded.get("plan"), kernels, shape, seed)
+        verdict["passed"] &= passed
+        verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
+
+    rows = []
+    reference_calls, _ = _calls_of(reference_export, spec.id)
+    for i, shape in enumerate(tuple(tuple(s) for s in spec_job["bench_shapes"])):
+        key = f"bench-{i}"
+        row: dict[str, Any] = {"shape": list(shape), "flops": spec.flops(shape)}
+        rows.append(row)
+        recorded = calls.get(key) if isinstance(calls, dict) else None
+        plan = recorded.get("plan") if isinstance(recorded, dict) else None
+        seed = derive_seed(job["run_seed"], job["student"], spec.id, key)
+        passed, message = (run_once(plan, kernels, shape, seed) if plan is not None
+                           else (False, f"{spec.shape_label(shape)}: {error or 'no launch plan was recorded'}"))
+        if broken:
+            row["error"] = message
+            continue
+        row["student_ms"], row["error"] = (None, f"not timed: {message}") if not passed else \
+            _time_plan(spec, plan, kernels, shape, seed)
+        baseline = bench.time_calls(lambda *inputs: spec.baseline(inputs),
+                                    lambda j, s=shape, b=seed: spec.make_inputs(s, b + 7 + j, "cuda"), warmup=1)
+        row["baseline_ms"] = baseline.median_ms
+        reference_plan = (reference_calls.get(key) or {}).get("plan") if isinstance(reference_calls, dict) else None
+        if reference_kernels is not None and reference_plan is not None:
+            row["reference_ms"], reference_error = _time_plan(spec, reference_plan, reference_kernels, shape, seed + 3)
+            if reference_error:
+                row["reference_error"] = reference_error
+    return {"sets": sets, "bench": {"measured": True, "rows": rows, "broken": broken}}
+
+
+def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...],
+               seed: int) -> tuple[float | None, str | None]:
+    """Median ms of the plan with fresh inputs for every call, each output spot-checked; or why not."""
+    from course import bench
+    from grader import replay
+
+    failures: list[str] = []
+    budget = _budget(spec, shape)
+
+    def make_args(i: int) -> tuple:
+        inputs = spec.make_inputs(shape, seed + 11 + i, "cuda")
+        return (replay.prepare(plan, inputs, kernels, spec.output_dtype, tuple(spec.output_shape(shape)), budget),)
+
+    def after(args: tuple, out: Any, i: int) -> None:
+        # The check regenerates the inputs from the seed: a kernel that overwrote its inputs cannot pass it.
+        error = spec.spot_error(spec.make_inputs(shape, seed + 11 + i, "cuda"), out) if spec.spot_error else None
+        if error is not None and not error <= spec.tolerance:
+            failures.append(f"timed call {i} returned a wrong result (relative error {error:.2e})")
+
+    try:
+        timing = bench.time_calls(replay.launch, make_args, after=after, warmup=1)
+    except (replay.Unreplayable, ValueError) as problem:
+        return None, f"not timed: {problem}"
+    if failures:
+        return None, failures[0]
+    return timing.median_ms, None
+
+
+def judge(job: dict[str, Any]) -> dict[str, Any]:
+    """Every verdict for one notebook: kernels (by device) and the master test cells."""
+    export = _read_export(Path(job["export"]))
+    answers = export.get("answers") if isinstance(export.get("answers"), dict) else {}
+    verdict = judge_gpu(job) if job["device"] == "gpu" else judge_cpu(job)
+    verdict["tests"] = run_tests(job["tests"], answers, Path(job["export"]) / "arrays")
+    verdict["export_error"] = export.get("error")
+    verdict["recorded"] = bool(export)
+    return verdict
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    try:
+        verdict = judge(job)
+    except Exception as error:  # the judge's own failure is a status for this notebook, not a crash
+        verdict = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-2000:]}
+    results.write_json_atomic(Path(job["verdict"]), verdict)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

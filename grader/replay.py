@@ -1,0 +1,170 @@
+"""Replay a recorded launch plan on the judge's own buffers, with nothing of the student's Python.
+
+A plan (``course.plan``) is untrusted JSON. ``prepare`` checks it against bounds before anything
+runs (known kernels from the course's own build, grid sizes, buffer sizes and offsets, the output
+view inside its buffer), allocates its buffers (uninitialised ones filled with NaN), and resolves
+every argument; ``launch`` then only launches the kernels, so it can be timed alone.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from course.plan import decode_value
+from grader.build_kernels import launch_key
+
+MAX_LAUNCHES = 64
+MAX_PROGRAMS = 2**24
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+DTYPES = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64", "int8", "int16",
+                                                  "int32", "int64", "uint8", "bool")}
+
+
+class Unreplayable(ValueError):
+    """The plan cannot be replayed as recorded; the message says why, for the student."""
+
+
+@dataclass
+class Kernels:
+    """The course-built kernels of one notebook: launch key -> compiled kernel or why not."""
+
+    compiled: dict[str, Any]
+    digests: dict[str, str]
+    errors: dict[str, str]
+
+
+def load_kernels(built: Path) -> Kernels:
+    """Compile the builder's TTGIR files for this GPU (Triton's compiler on IR text: no Python of the notebook)."""
+    import triton
+
+    kernels = Kernels({}, {}, {})
+    index_file = built / "index.json"
+    index = json.loads(index_file.read_text(encoding="utf-8")) if index_file.exists() else {}
+    for key, entry in index.items():
+        if "error" in entry:
+            kernels.errors[key] = str(entry["error"])
+            continue
+        file = built / Path(str(entry["file"])).name
+        try:
+            kernels.compiled[key] = triton.compile(str(file))
+            kernels.digests[key] = str(entry["digest"])
+        except Exception as error:  # a TTGIR the compiler refuses is reported, not raised
+            kernels.errors[key] = f"the judge could not compile kernel {entry.get('kernel')}: {error}"[:500]
+    return kernels
+
+
+@dataclass
+class Prepared:
+    inputs: tuple[torch.Tensor, ...]
+    buffers: dict[str, torch.Tensor]
+    launches: list[tuple[Any, tuple[int, int, int], list[Any]]]
+    output: torch.Tensor
+
+
+def _allocate(entry: dict[str, Any]) -> torch.Tensor:
+    dtype = DTYPES.get(str(entry.get("dtype")))
+    if dtype is None:
+        raise Unreplayable(f"an allocation of dtype {entry.get('dtype')!r} is not supported")
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    count = -(-int(entry["nbytes"]) // itemsize)
+    init = entry.get("init")
+    if init == "zeros":
+        return torch.zeros(count, dtype=dtype, device="cuda")
+    if init == "full" and isinstance(entry.get("value"), int | float):
+        return torch.full((count,), entry["value"], dtype=dtype, device="cuda")
+    buffer = torch.empty(count, dtype=dtype, device="cuda")
+    return buffer.fill_(float("nan") if dtype.is_floating_point else -1)
+
+
+def _pointer(buffers: dict[str, torch.Tensor], where: Any) -> int:
+    if not isinstance(where, dict) or str(where.get("buffer")) not in buffers:
+        raise Unreplayable(f"a pointer names an unknown buffer: {str(where)[:80]}")
+    buffer, offset = buffers[where["buffer"]], where.get("offset")
+    nbytes = buffer.untyped_storage().nbytes()
+    if type(offset) is not int or not 0 <= offset < max(nbytes, 1):
+        raise Unreplayable(f"a pointer offset {offset!r} lies outside its buffer of {nbytes} bytes")
+    return buffer.data_ptr() + offset
+
+
+def _output_view(buffers: dict[str, torch.Tensor], description: Any, dtype: torch.dtype,
+                 shape: tuple[int, ...]) -> torch.Tensor:
+    if not isinstance(description, dict):
+        raise Unreplayable("the plan names no output")
+    if str(description.get("buffer", "")).startswith("in") or description.get("buffer") not in buffers:
+        raise Unreplayable("the output is not a buffer the call allocated")
+    if description.get("dtype") != str(dtype).removeprefix("torch.") or tuple(description.get("shape", ())) != shape:
+        raise Unreplayable(f"the output is {description.get('dtype')} {description.get('shape')}, "
+                           f"expected {dtype} {list(shape)}")
+    buffer = buffers[description["buffer"]]
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    raw = buffer.view(torch.uint8) if buffer.dtype != torch.uint8 else buffer
+    offset, stride = description.get("offset"), description.get("stride")
+    if (type(offset) is not int or offset % itemsize or raw.numel() % itemsize or not isinstance(stride, list)
+            or len(stride) != len(shape) or any(type(s) is not int or s < 0 for s in stride)):
+        raise Unreplayable("the output view is malformed")
+    typed = raw.view(dtype)
+    reach = offset // itemsize + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) if all(shape) else 0
+    if reach >= typed.numel():
+        raise Unreplayable("the output view reaches past its buffer")
+    return torch.as_strided(typed, shape, stride, offset // itemsize)
+
+
+def prepare(plan: Any, inputs: tuple[torch.Tensor, ...], kernels: Kernels, output_dtype: torch.dtype,
+            output_shape: tuple[int, ...], max_bytes: int) -> Prepared:
+    """Check ``plan`` and set up one replay of it on ``inputs``; raises Unreplayable with the reason."""
+    if not isinstance(plan, dict):
+        raise Unreplayable("no launch plan was recorded for this call")
+    if plan.get("problems"):
+        raise Unreplayable(str(plan["problems"][0]))
+    recorded_inputs = plan.get("inputs") or []
+    if [i.get("nbytes") for i in recorded_inputs] != [t.untyped_storage().nbytes() for t in inputs]:
+        raise Unreplayable("the plan was recorded for other inputs than this shape's")
+    allocations = plan.get("allocations") or []
+    if sum(int(a.get("nbytes", 0)) for a in allocations) > max_bytes:
+        raise Unreplayable(f"the call allocates more than {max_bytes / 2**20:.0f} MiB")
+    buffers: dict[str, torch.Tensor] = {f"in{i}": t for i, t in enumerate(inputs)}
+    for i, entry in enumerate(allocations):
+        if entry.get("name") != f"alloc{i}" or int(entry.get("nbytes", -1)) < 0:
+            raise Unreplayable("the plan's allocations are malformed")
+        buffers[entry["name"]] = _allocate(entry)
+    launches = plan.get("launches") or []
+    if not launches:
+        raise Unreplayable("no Triton kernel was launched by the graded function")
+    if len(launches) > MAX_LAUNCHES:
+        raise Unreplayable(f"the call launches more than {MAX_LAUNCHES} kernels")
+    resolved = []
+    for launch in launches:
+        key = launch_key(launch)
+        name = launch.get("kernel")
+        if key in kernels.errors:
+            raise Unreplayable(kernels.errors[key])
+        if key not in kernels.compiled:
+            raise Unreplayable(f"kernel {name} was not built from the notebook's source")
+        if launch.get("ttgir_digest") != kernels.digests[key]:
+            raise Unreplayable(f"kernel {name} as launched differs from the notebook's definition of it")
+        grid = launch.get("grid")
+        if (not isinstance(grid, list) or len(grid) != 3 or any(type(g) is not int or g < 1 for g in grid)
+                or any(g > limit for g, limit in zip(grid, GRID_LIMITS, strict=True))
+                or grid[0] * grid[1] * grid[2] > MAX_PROGRAMS):
+            raise Unreplayable(f"kernel {name} has a grid of {str(grid)[:60]} programs, outside the judge's bounds")
+        arguments = []
+        for argument in launch.get("arguments") or []:
+            if "pointer" in argument:
+                arguments.append(_pointer(buffers, argument["pointer"]))
+            else:
+                arguments.append(decode_value(argument.get("scalar") or {}))
+        resolved.append((kernels.compiled[key], tuple(grid), arguments))
+    output = _output_view(buffers, plan.get("output"), output_dtype, output_shape)
+    return Prepared(inputs, buffers, resolved, output)
+
+
+def launch(prepared: Prepared) -> torch.Tensor:
+    """Launch the prepared kernels in order on the current stream; returns the output view."""
+    for kernel, grid, arguments in prepared.launches:
+        kernel[grid](*arguments)
+    return prepared.output

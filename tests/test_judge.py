@@ -1,0 +1,171 @@
+"""The judge's pieces: launch plans recorded as data, kernels built from source, replay, answers as data."""
+
+import importlib.util
+import json
+import sys
+
+import nbformat
+import pytest
+import torch
+
+from course import device, export, plan
+from grader import build_kernels, judge
+from tests.conftest import HAS_GPU
+
+KERNEL_CELL = '''
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 32
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, factor, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * factor, mask=mask)
+
+
+def scale(x):
+    out = torch.empty_like(x)
+    n = x.numel()
+    scale_kernel[(triton.cdiv(n, BLOCK),)](x, out, n, 3.0, BLOCK_SIZE=BLOCK)
+    return out
+'''
+
+
+def _module(tmp_path, source, name="notebook_cell"):
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def _x():
+    return (torch.randn(1000, device=device.info().torch_device),)
+
+
+def test_an_honest_call_records_one_launch_into_its_own_allocation(tmp_path):
+    cell = _module(tmp_path, KERNEL_CELL)
+    out, recorded = plan.record_call(cell.scale, _x())
+    assert recorded["problems"] == [] and len(recorded["launches"]) == 1
+    assert recorded["output"]["buffer"] == "alloc0" and recorded["allocations"][0]["init"] == "empty"
+    pointers = [a["pointer"]["buffer"] for a in recorded["launches"][0]["arguments"] if "pointer" in a]
+    assert pointers == ["in0", "alloc0"]
+    json.dumps(recorded)  # plain data
+
+
+@pytest.mark.parametrize("body, problem", [
+    ("return x * 3", "aten.mul"),
+    ("return x[:10]", "an input"),
+    ("return torch.from_numpy(x.cpu().numpy() * 3)", "aten._to_copy" if HAS_GPU else "not allocated inside"),
+    ("return 3", "returned int"),
+])
+def test_anything_but_allocations_views_and_launches_is_a_problem(body, problem):
+    def cheat(x):
+        return eval(body.removeprefix("return "), {"torch": torch, "x": x})
+
+    _, recorded = plan.record_call(cheat, _x())
+    assert any(problem in p for p in recorded["problems"]), recorded["problems"]
+
+
+def test_a_tensor_made_outside_torch_is_not_replayable():
+    import numpy as np
+
+    def from_numpy(x):
+        return torch.from_numpy(np.ones(x.shape[0], dtype=np.float32))
+
+    if HAS_GPU:
+        pytest.skip("a host tensor is caught by the device check on a GPU")
+    _, recorded = plan.record_call(from_numpy, _x())
+    assert any("not allocated inside the call" in p for p in recorded["problems"]), recorded["problems"]
+
+
+def test_a_subclass_of_int_is_not_exported_as_an_int(tmp_path):
+    class Sneaky(int):
+        def __eq__(self, other):
+            return True
+
+        __hash__ = int.__hash__
+
+    assert "unsupported" in export.encode_answer(Sneaky(3), tmp_path, "x")
+    verdicts = judge.run_tests(
+        [{"grade_id": "t", "source": "assert isinstance(x, int), 'x should be an int'\nassert x == 5"}],
+        {"x": export.encode_answer(Sneaky(3), tmp_path, "x")}, tmp_path)
+    assert verdicts["t"] == {"passed": False, "message": "x should be an int"}
+
+
+def test_answers_round_trip_as_plain_data(tmp_path):
+    value = {"a": [1, 2.5, True, None, "s"], "t": (1, 2)}
+    encoded = export.encode_answer(value, tmp_path, "v")
+    assert judge.decode_answer(json.loads(json.dumps(encoded)), tmp_path) == value
+    verdicts = judge.run_tests([{"grade_id": "t", "source": "assert missing == 1"}], {}, tmp_path)
+    assert "missing is not defined" in verdicts["t"]["message"]
+
+
+def _notebook(tmp_path, *sources):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    path = tmp_path / "notebook.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.mark.parametrize("source, why", [
+    ("@(lambda f: triton.jit(f))\ndef k(x):\n    pass", "is not triton.jit"),
+    ("@triton.jit\ndef k(x, y=__import__('os').system('true')):\n    pass", "not a plain literal"),
+    ("@triton.jit(do_not_specialize=open('/etc/passwd').read())\ndef k(x):\n    pass", "not plain literals"),
+    ("@triton.jit\ndef k(x: print('hi')):\n    pass", "not a Triton type"),
+])
+def test_the_builder_refuses_definitions_that_would_run_code(tmp_path, source, why):
+    kernels, refused = build_kernels.kernel_definitions([source], tmp_path / "src")
+    assert "k" not in kernels and why in refused["k"]
+
+
+def test_the_builder_defines_only_top_level_kernels_and_constants(tmp_path):
+    cells = [KERNEL_CELL, "exec('@triton.jit\\ndef hidden(x):\\n    pass')", "open('/tmp/side-effect', 'w')"]
+    kernels, refused = build_kernels.kernel_definitions(cells, tmp_path / "src")
+    assert set(kernels) == {"scale_kernel"} and refused == {}
+
+
+def test_the_builder_compiles_a_recorded_specialisation_for_sm90_without_a_gpu(tmp_path):
+    launch = {"kernel": "scale_kernel",
+              "signature": {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "factor": "fp32",
+                            "BLOCK_SIZE": "constexpr"},
+              "constexprs": [[[4], {"int": 32}]], "attrs": [[[0], [["tt.divisibility", 16]]]],
+              "options": {"num_warps": 4, "num_stages": 3}, "target": {"backend": "cuda", "arch": 90, "warp_size": 32}}
+    exported = tmp_path / "export.json"
+    exported.write_text(json.dumps({"kernels": {"s": {"calls": {"c": {"plan": {"launches": [launch]}}}}}}))
+    index = build_kernels.build({"notebook": str(_notebook(tmp_path, KERNEL_CELL)), "export": str(exported),
+                                 "target": launch["target"], "out": str(tmp_path / "built")})
+    [entry] = index.values()
+    assert "ttg.num-warps" in (tmp_path / "built" / entry["file"]).read_text()
+
+
+@pytest.mark.gpu
+def test_a_recorded_plan_replays_in_another_build_on_fresh_inputs(tmp_path):
+    from grader import replay
+
+    cell = _module(tmp_path, KERNEL_CELL, "gpu_cell")
+    x = torch.randn(1000, device="cuda")
+    _, recorded = plan.record_call(cell.scale, (x,))
+    assert recorded["problems"] == []
+    exported = tmp_path / "export.json"
+    exported.write_text(json.dumps({"kernels": {"s": {"calls": {"c": {"plan": recorded}}}}}))
+    target = recorded["launches"][0]["target"]
+    build_kernels.build({"notebook": str(_notebook(tmp_path, KERNEL_CELL)), "export": str(exported),
+                         "target": target, "out": str(tmp_path / "built")})
+    kernels = replay.load_kernels(tmp_path / "built")
+    fresh = torch.randn(1000, device="cuda")
+    prepared = replay.prepare(recorded, (fresh,), kernels, torch.float32, (1000,), 2**26)
+    out = replay.launch(prepared)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, fresh * 3)
+    edited = json.loads(json.dumps(recorded))
+    edited["launches"][0]["ttgir_digest"] = "0" * 64
+    with pytest.raises(replay.Unreplayable, match="differs from the notebook"):
+        replay.prepare(edited, (fresh,), kernels, torch.float32, (1000,), 2**26)
