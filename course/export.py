@@ -97,3 +97,6 @@ def write(namespace: dict[str, Any], request_path: str) -> None:
     (out / "export.json").write_text(json.dumps(result), encoding="utf-8")
     print(f"grader: recorded {sum(len(k['calls']) for k in kernels.values())} kernel calls and "
           f"{len(answers)} answers for the judge")
+    failures = [k["error"] for k in kernels.values() if k.get("error", "").startswith("recording failed")]
+    if failures:  # shown as this cell's error, so the run's status says what went wrong (e.g. a CUDA error)
+        raise RuntimeError(failures[0])

@@ -129,6 +129,7 @@ class _Recording:
     problems: list[str] = field(default_factory=list)
     stream: Any = None
     in_launch: int = 0
+    poison: bool = False
 
     def locate(self, address: int) -> dict[str, Any] | None:
         # Later allocations first: the caching allocator may hand out an address range again.
@@ -173,6 +174,13 @@ class _WatchOps(TorchDispatchMode):
                 fill = args[_FULL_VALUE_ARG[func]] if len(args) > _FULL_VALUE_ARG[func] else None
                 info["value"] = float(fill) if isinstance(fill, int | float) else None
             recording.allocations.append(_Buffer(f"alloc{len(recording.allocations)}", base, nbytes, info))
+            if init == "empty" and recording.poison and out.is_floating_point():
+                # On a CPU the sandbox's own outputs are checked: unwritten elements must show as NaN.
+                recording.in_launch += 1
+                try:
+                    out.fill_(float("nan"))
+                finally:
+                    recording.in_launch -= 1
         elif func in _FILLS and isinstance(args[0], torch.Tensor):
             where = recording.locate(_storage(args[0])[0])
             if where is None or not where["buffer"].startswith("alloc") or where["offset"] != 0:
@@ -317,7 +325,7 @@ def _recording(inputs: tuple[torch.Tensor, ...]) -> Iterator[_Recording]:
     for i, tensor in enumerate(inputs):
         base, nbytes = _storage(tensor)
         buffers.append(_Buffer(f"in{i}", base, nbytes, {}))
-    recording = _Recording(buffers)
+    recording = _Recording(buffers, poison=not (inputs and inputs[0].is_cuda))
     if inputs and inputs[0].is_cuda:
         from triton.runtime.driver import driver
 

@@ -17,7 +17,7 @@ DEFAULT_OUT = Path("build/grades")
 def _progress(done: int, total: int, result: NotebookResult) -> None:
     width = 30
     filled = int(width * done / max(total, 1))
-    seconds = result.timings.get("total", 0.0)
+    seconds = sum(result.timings.get(phase, 0.0) for phase in ("notebook", "build", "judge"))
     print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {result.student}/{result.assignment}/"
           f"{result.notebook}: {result.status} ({seconds:.0f} s)", file=sys.stderr, flush=True)
 
@@ -42,7 +42,9 @@ def _settings(args: argparse.Namespace):
     device, name = resolve_device(args.device)
     shapes = json.loads(args.bench_shapes) if args.bench_shapes else None
     return Settings(device=device, device_name=name, jobs=args.jobs, force=args.force, bench_shapes=shapes,
-                    cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout)
+                    cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
+                    judge_timeout=args.judge_timeout, memory_bytes=int(args.memory_gb * 2**30),
+                    sandbox=args.sandbox, seed=args.seed)
 
 
 def _report(all_results: list[NotebookResult], out: Path) -> None:
@@ -118,15 +120,21 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from grader import sandbox
     from grader.execute import Job, execute
 
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     settings = _settings(args)
-    shutil.copy(args.notebook, out / "submission.ipynb")
-    outcome = execute(Job(notebook=str(out / "submission.ipynb"), workdir=str(out), device=settings.device,
-                          bench_shapes=settings.bench_shapes, cell_timeout=settings.cell_timeout,
-                          notebook_timeout=settings.notebook_timeout))
+    scratch = sandbox.make_scratch()
+    shutil.copy(args.notebook, scratch / "submission.ipynb")
+    outcome = execute(Job(notebook=str(scratch / "submission.ipynb"), workdir=str(scratch), device=settings.device,
+                          cell_timeout=settings.cell_timeout, notebook_timeout=settings.notebook_timeout,
+                          memory_bytes=settings.memory_bytes, sandbox=settings.sandbox, log=str(out / "run.log"),
+                          hide=[str(out)]))
+    if (scratch / "executed.ipynb").exists():
+        shutil.copy(scratch / "executed.ipynb", out / "executed.ipynb")
+    shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps({"status": outcome.status, "message": outcome.message, "timings": outcome.timings}, indent=1))
     print(f"executed notebook: {out / 'executed.ipynb'}")
     return 0
@@ -163,6 +171,14 @@ def _execution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bench-shapes", default=None, help='JSON list of shapes, e.g. "[[2048,2048,2048]]"')
     parser.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may run")
     parser.add_argument("--notebook-timeout", type=float, default=1800.0, help="seconds one notebook may run")
+    parser.add_argument("--judge-timeout", type=float, default=900.0,
+                        help="seconds the judge may spend on one notebook (replay, checks and timing)")
+    parser.add_argument("--memory-gb", type=float, default=8.0, help="host memory one notebook run may use")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="the grading run's secret seed (default: drawn afresh; stored in every result)")
+    parser.add_argument("--no-sandbox", dest="sandbox", action="store_false",
+                        help="run student code WITHOUT the bubblewrap sandbox (only for trusted notebooks; "
+                             "every report says so)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -208,10 +224,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from grader.gradebook import GradebookMismatch
+    from grader.pipeline import SandboxUnavailable
 
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except GradebookMismatch as error:
+    except (GradebookMismatch, SandboxUnavailable) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

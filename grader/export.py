@@ -18,9 +18,10 @@ from grader.results import ItemResult, NotebookResult
 from grader.score import performance_cells
 
 ITEM_COLUMNS = ("student_id", "assignment", "notebook", "item", "kind", "score", "max_score", "status",
-                "measured", "threshold", "notebook_status", "message")
+                "provisional", "measured", "threshold", "notebook_status", "sandbox", "message")
 STUDENT_COLUMNS = ("student_id", "score", "max_score", "correctness_score", "correctness_max",
-                   "performance_score", "performance_max", "performance_pending", "notebooks", "problems")
+                   "performance_score", "performance_max", "performance_pending", "provisional_points", "notebooks",
+                   "problems", "sandbox")
 
 
 @cache
@@ -64,8 +65,10 @@ def item_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
             rows.append({"student_id": result.student, "assignment": result.assignment, "notebook": result.notebook,
                          "item": item.item, "kind": item.kind,
                          "score": "" if item.score is None else f"{item.score:g}",
-                         "max_score": f"{item.max_score:g}", "status": item.status, "measured": item.measured,
-                         "threshold": item.threshold, "notebook_status": result.status,
+                         "max_score": f"{item.max_score:g}", "status": item.status,
+                         "provisional": "provisional (CPU run; the GPU judge decides)" if item.provisional else "",
+                         "measured": item.measured, "threshold": item.threshold, "notebook_status": result.status,
+                         "sandbox": result.sandbox,
                          "message": " | ".join(item.message.splitlines())[:600]})
     return rows
 
@@ -74,7 +77,9 @@ def student_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
     totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     notebooks: dict[str, list[str]] = defaultdict(list)
     problems: dict[str, list[str]] = defaultdict(list)
+    sandboxes: dict[str, set[str]] = defaultdict(set)
     for result in all_results:
+        sandboxes[result.student].add(result.sandbox or "unknown")
         notebooks[result.student].append(f"{result.assignment}/{result.notebook}")
         if result.status != results.OK:
             problems[result.student].append(f"{result.assignment}/{result.notebook}: {result.status}")
@@ -86,6 +91,8 @@ def student_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
                 total["performance_pending"] += item.max_score
             else:
                 total[f"{prefix}_score"] += item.score
+            if item.provisional:
+                total["provisional"] += item.score or 0.0
     rows = []
     for student in sorted(totals):
         t = totals[student]
@@ -95,8 +102,9 @@ def student_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
             "max_score": f"{t['correctness_max'] + t['performance_max']:g}",
             "correctness_score": f"{t['correctness_score']:g}", "correctness_max": f"{t['correctness_max']:g}",
             "performance_score": f"{t['performance_score']:g}", "performance_max": f"{t['performance_max']:g}",
-            "performance_pending": f"{t['performance_pending']:g}",
+            "performance_pending": f"{t['performance_pending']:g}", "provisional_points": f"{t['provisional']:g}",
             "notebooks": ";".join(notebooks[student]), "problems": ";".join(problems[student]),
+            "sandbox": ";".join(sorted(sandboxes[student])),
         })
     return rows
 

@@ -51,7 +51,8 @@ def write_pages(all_results: list[NotebookResult], out: Path) -> Path:
         path.write_text(html, encoding="utf-8")
         rows.append({"student": result.student, "notebook": f"{result.assignment}/{result.notebook}",
                      "status": result.status, "score": score, "max_score": max_score, "pending": pending,
-                     "device": result.device, "link": str(path.relative_to(out))})
+                     "device": result.device, "sandbox": result.sandbox or "unknown",
+                     "link": str(path.relative_to(out))})
     index = out / "index.html"
     index.write_text(_templates.get_template("index.html").render(rows=rows), encoding="utf-8")
     return index

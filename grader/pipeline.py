@@ -200,6 +200,7 @@ class Task:
     reference: dict[str, str] | None = None
     bench_only: bool = False
     gpu: str | None = None
+    judge_cache: Path | None = None
 
 
 @dataclass
@@ -230,7 +231,9 @@ def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
     if task.settings.device != "gpu":
         return judge.judge(judge_job)
     scratch = sandbox.make_scratch("gpu-course-judge-")
-    env = dict(os.environ, TRITON_CACHE_DIR=str(scratch / "triton-cache"), CUDA_VISIBLE_DEVICES=task.gpu or "0")
+    # Only judges write this cache, and only from course-built TTGIR (keyed by its hash), so it is shared.
+    cache = task.judge_cache or scratch / "triton-cache"
+    env = dict(os.environ, TRITON_CACHE_DIR=str(cache), CUDA_VISIBLE_DEVICES=task.gpu or "0")
     try:
         with open(task.run / "judge.log", "wb") as judge_log:
             subprocess.run([sys.executable, "-P", "-m", "grader.judge", str(path)], cwd=scratch, env=env,
@@ -242,7 +245,7 @@ def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     try:
-        return results.read_json(judge_job["verdict"])
+        return results.read_json(Path(judge_job["verdict"]))
     except (OSError, ValueError):
         return {"error": "the judge ended without a verdict (see judge.log)"}
 
@@ -394,7 +397,8 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
                 notes[submission.key] = cleaned.notes
                 key = f"{submission.assignment}/{submission.notebook}"
                 tasks.append((submission, Task(submission.student, cleaned.notebook, plans[key], run, settings,
-                                               run_seed, hide, reference=reference.get(key))))
+                                               run_seed, hide, reference=reference.get(key),
+                                               judge_cache=out / "judge-cache")))
                 continue
             result = _missing_or_unreadable(submission, cleaned.status, cleaned.message, settings)
         finish(submission, result, None)

@@ -3,21 +3,23 @@
 import nbformat
 import pytest
 
-from grader import results
+from grader import results, sandbox
 from grader.execute import Job, execute, scrubbed_environment
 
 
-def _notebook(tmp_path, *sources):
+def _notebook(folder, *sources):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
-    path = tmp_path / "nb.ipynb"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "nb.ipynb"
     nbformat.write(nb, str(path))
     return path
 
 
 def _run(tmp_path, *sources, **limits):
-    path = _notebook(tmp_path, *sources)
-    job = Job(notebook=str(path), workdir=str(tmp_path / "work"), device="cpu", **limits)
+    path = _notebook(tmp_path / "work", *sources)
+    job = Job(notebook=str(path), workdir=str(tmp_path / "work"), device="cpu", log=str(tmp_path / "run.log"),
+              sandbox=sandbox.unavailable_reason() is None, **limits)
     return job, execute(job)
 
 
@@ -30,9 +32,9 @@ def test_a_finished_run_is_ok_and_keeps_errors_as_outputs(tmp_path):
 
 
 def test_parameters_are_injected(tmp_path):
-    job, outcome = _run(tmp_path, "print(device, grading, bench_shapes)")
+    job, outcome = _run(tmp_path, "print(device, grading)")
     executed = nbformat.read(str(job.executed_path), as_version=4)
-    assert "cpu True None" in executed.cells[-1].outputs[0]["text"]
+    assert "cpu True" in executed.cells[-1].outputs[0]["text"]
 
 
 def test_a_cell_over_its_limit_is_a_timeout(tmp_path):
@@ -54,7 +56,7 @@ def test_the_notebook_sees_a_scrubbed_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("SECRET_TOKEN", "do-not-leak")
     env = scrubbed_environment(Job(notebook="x", workdir=str(tmp_path), device="cpu"))
     assert "SECRET_TOKEN" not in env
-    assert env["HOME"].startswith(str(tmp_path)) and env["COURSE_DEVICE"] == "cpu"
+    assert env["HOME"].startswith(str(tmp_path)) and env["COURSE_DEVICE"] == "cpu" and env["COURSE_GRADING"] == "1"
 
 
 @pytest.mark.parametrize("device", ["cpu", "gpu"])

@@ -64,13 +64,13 @@ def test_the_wrong_kernel_scores_zero_and_says_where(graded):
 def test_the_library_call_scores_zero_and_is_named(graded):
     items = _items(graded[2]["calls_torch"])
     assert items["test_matmul_visible"].score == 0
-    assert "not allowed inside a graded function" in items["test_matmul_visible"].message
+    assert "aten.mm" in items["test_matmul_visible"].message
 
 
 def test_the_unchanged_stub_scores_zero(graded):
     result = graded[2]["unchanged_stub"]
     assert result.status == results.OK and result.score == 0
-    assert "not implemented" in _items(result)["test_matmul_visible"].message
+    assert "NotImplementedError" in _items(result)["test_matmul_visible"].message
 
 
 def test_the_crash_is_a_status_and_the_batch_goes_on(graded):

@@ -1,93 +1,81 @@
-"""Scoring rules: nbgrader's, minus its two traps; performance from thresholds and same-run rates."""
+"""Items come from the master copy's grade cells and the judge's verdict, never from notebook outputs."""
 
-import nbformat
 import pytest
 
 from grader import results, score
+from grader.layout import course_notebooks
+from grader.release import master_version
 
-DONE = {"iopub.status.busy": "t0", "shell.execute_reply": "t1", "iopub.status.idle": "t1"}
-
-
-def _test_cell(grade_id, outputs, points=2, stamps=DONE):
-    cell = nbformat.v4.new_code_cell("assert something")
-    cell.metadata = {"nbgrader": {"grade": True, "grade_id": grade_id, "locked": True, "points": points,
-                                  "solution": False, "schema_version": 3, "task": False},
-                     "execution": dict(stamps)}
-    cell.outputs = outputs
-    cell.execution_count = 1 if stamps else None
-    return cell
+NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
+MASTER = master_version(NOTEBOOK)
+SPEC = "w1d7.matmul_fp32"
 
 
-def _nb(*cells):
-    nb = nbformat.v4.new_notebook()
-    nb.cells = list(cells)
-    return nb
+def _row(shape, student_ms, baseline_ms, reference_ms, error=None):
+    flops = 2.0 * shape[0] * shape[1] * shape[2]
+    return {"shape": list(shape), "flops": flops, "student_ms": student_ms, "baseline_ms": baseline_ms,
+            "reference_ms": reference_ms, "error": error}
 
 
-STDERR = nbformat.v4.new_output("stream", name="stderr", text="UserWarning: harmless\n")
-ERROR = nbformat.v4.new_output("error", ename="AssertionError", evalue="M=100: relative error 1e-1", traceback=[])
+def _verdict(correct=True, rows=(), tests_pass=True, provisional=False):
+    sets = {which: {"passed": correct, "messages": [f"{'PASS' if correct else 'FAIL'} M=1"],
+                    "provisional": provisional} for which in ("visible", "hidden")}
+    tests = {t["grade_id"]: {"passed": tests_pass, "message": "" if tests_pass else "wrong"}
+             for t in score.test_cells(MASTER, [])}
+    return {"kernels": {SPEC: {"sets": sets, "bench": {"measured": True, "rows": list(rows)}}}, "tests": tests}
 
 
-def test_a_warning_on_stderr_does_not_zero_a_passing_test():
-    [item] = score.correctness_items(_nb(_test_cell("t", [STDERR])), results.OK)
-    assert item.score == 2 and item.status == results.PASSED
+def _items(verdict, on_gpu=True, unjudged="not judged"):
+    return {i.item: i for i in score.items(NOTEBOOK.key, MASTER, verdict, on_gpu, unjudged)}
 
 
-def test_an_error_scores_zero_with_its_message():
-    [item] = score.correctness_items(_nb(_test_cell("t", [STDERR, ERROR])), results.OK)
-    assert item.score == 0 and item.status == results.FAILED and "relative error" in item.message
-
-
-def test_a_cell_that_never_ran_scores_zero():
-    [item] = score.correctness_items(_nb(_test_cell("t", [], stamps={})), results.KERNEL_DIED)
-    assert item.score == 0 and item.status == results.NOT_RUN
-
-
-def test_a_cell_running_when_the_kernel_died_scores_zero():
-    [item] = score.correctness_items(_nb(_test_cell("t", [], stamps={"iopub.status.busy": "t0"})),
-                                     results.KERNEL_DIED)
-    assert item.score == 0 and item.status == results.FAILED and "kernel_died" in item.message
-
-
-def _perf_cells():
-    return [_test_cell(grade_id, [], points=t.points) for grade_id, (_, t) in score.performance_cells().items()]
-
-
-def _bench(shape, student, baseline, error=None):
-    return {"kind": "bench", "spec": "w1d7.matmul_fp32", "measured": True, "shape": list(shape),
-            "student_gflops": student, "baseline_gflops": baseline, "error": error}
-
-
-def test_performance_is_pending_without_a_gpu():
-    items = score.performance_items(_nb(*_perf_cells()), [], on_gpu=False, reference={})
-    assert items and all(i.score is None and i.status == results.PENDING for i in items)
+def test_every_master_grade_cell_is_an_item_with_the_masters_points():
+    items = _items(_verdict())
+    master = {c.metadata.nbgrader["grade_id"]: c.metadata.nbgrader["points"] for c in score.grade_cells(MASTER)}
+    assert {k: i.max_score for k, i in items.items()} == master
 
 
 def test_performance_points_follow_the_bands():
-    events = [_bench((1024, 1024, 1024), 30_000.0, 50_000.0), _bench((2048, 2048, 2048), 30_000.0, 50_000.0)]
-    reference = {"w1d7.matmul_fp32": {(1024, 1024, 1024): 40_000.0, (2048, 2048, 2048): 40_000.0}}
-    items = {i.item.rsplit("_", 1)[-1]: i for i in
-             score.performance_items(_nb(*_perf_cells()), events, on_gpu=True, reference=reference)}
-    assert items["floor"].score == 1.0 and "30000 GFLOP/s" in items["floor"].measured
-    assert items["cublas"].score == pytest.approx(1.5)  # 0.60 of cuBLAS: the 0.55 band, 75%
-    assert items["reference"].score == pytest.approx(1.5)  # 0.75 of the reference: the 0.70 band, 75%
+    # 1 ms for 2*1024^3 flops = 2147 GFLOP/s; cuBLAS 0.6 ms: 0.60 of it; the reference 0.75 ms: 0.75 of it
+    rows = [_row((1024, 1024, 1024), 1.0, 0.6, 0.75), _row((2048, 2048, 2048), 8.0, 4.8, 6.0)]
+    items = _items(_verdict(rows=rows))
+    assert items["perf_w1d7_matmul_fp32_floor"].score == 1.0
+    assert items["perf_w1d7_matmul_fp32_vs_cublas"].score == pytest.approx(1.5)  # the 0.55 band: 75%
+    assert items["perf_w1d7_matmul_fp32_vs_reference"].score == pytest.approx(1.5)  # the 0.70 band: 75%
+    assert items["test_matmul_visible"].score == 2 and items["test_matmul_hidden"].score == 3
 
 
-def test_no_performance_points_for_a_wrong_kernel():
-    events = [_bench((1024, 1024, 1024), 30_000.0, 50_000.0),
-              {"kind": "check", "spec_id": "w1d7.matmul_fp32", "passed": False, "message": "M=1: NaN"}]
-    items = score.performance_items(_nb(*_perf_cells()), events, on_gpu=True, reference={})
-    assert all(i.score == 0 and "correct kernel" in i.message for i in items)
+def test_no_performance_points_for_a_kernel_that_fails_a_correctness_check():
+    items = _items(_verdict(correct=False, rows=[_row((1024, 1024, 1024), 1.0, 0.6, 0.75)]))
+    perf = [i for i in items.values() if i.kind == results.PERFORMANCE]
+    assert perf and all(i.score == 0 and "passes every correctness check" in i.message for i in perf)
 
 
 def test_a_missing_reference_is_reported_not_guessed():
-    events = [_bench((1024, 1024, 1024), 30_000.0, 50_000.0)]
-    items = score.performance_items(_nb(*_perf_cells()), events, on_gpu=True, reference={})
-    vs_reference = next(i for i in items if i.item.endswith("vs_reference"))
-    assert vs_reference.score == 0 and vs_reference.status == results.NOT_RUN and "reference" in vs_reference.message
+    items = _items(_verdict(rows=[_row((1024, 1024, 1024), 1.0, 0.6, None)]))
+    vs_reference = items["perf_w1d7_matmul_fp32_vs_reference"]
+    assert vs_reference.score == 0 and vs_reference.status == results.NOT_RUN
+    assert "reference" in vs_reference.message
 
 
-def test_garbage_in_the_metrics_file_is_skipped(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"kind": "bench"}\nnot json\n[1, 2]\n')
-    assert score.read_metrics(path) == [{"kind": "bench"}]
+def test_on_a_cpu_performance_is_pending_and_kernel_verdicts_are_provisional():
+    items = _items(_verdict(provisional=True), on_gpu=False)
+    perf = [i for i in items.values() if i.kind == results.PERFORMANCE]
+    assert all(i.score is None and i.status == results.PENDING for i in perf)
+    assert items["test_matmul_visible"].provisional and not items["test_tf32"].provisional
+
+
+def test_without_a_verdict_every_item_scores_zero_and_says_why():
+    items = _items(None, unjudged="not judged: the notebook run ended with status timeout")
+    assert all(i.score == 0 for i in items.values())
+    assert "timeout" in items["test_matmul_hidden"].message and "timeout" in items["test_flops_4096"].message
+
+
+def test_a_failed_answer_test_keeps_the_masters_message():
+    items = _items(_verdict(tests_pass=False))
+    assert items["test_tf32"].score == 0 and items["test_tf32"].message == "wrong"
+
+
+def test_the_judges_rows_become_gflops():
+    [row] = score.perf_rows({"kernels": {SPEC: {"bench": {"rows": [_row((1024, 1024, 1024), 1.0, 0.5, None)]}}}})
+    assert row["student_gflops"] == pytest.approx(2147.48, rel=1e-3) and row["reference_gflops"] == 0

@@ -1,0 +1,403 @@
+"""The one place where the grader runs untrusted student code.
+
+``run`` starts a command under bubblewrap: new PID, network, IPC and UTS namespaces, as the
+unprivileged user 65534, with the whole filesystem read-only, a fresh empty /tmp, the caller's
+``hide`` paths covered by empty mounts and one scratch directory as the only writable place. A
+watchdog in the calling thread polls every 0.1 s and kills the whole process tree past the wall
+time, memory (summed RSS) or output (scratch size + log size) limit. Every way the command can end
+is a ``SandboxResult``; nothing the command does raises here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+SANDBOX_UID = 65534  # nobody
+OWNER_FILE = "owner.pid"
+# Tasks (processes and threads) the sandbox user may have. A Jupyter kernel with torch and Triton
+# uses about 60-100 on a 16-core machine; the cap stops a fork bomb long before the machine's limit.
+MAX_TASKS = 4096
+_POLL_SECONDS = 0.1
+_STALE_GRACE_SECONDS = 3600.0
+_TEMP_DIR = Path(tempfile.gettempdir())
+
+
+@dataclass(frozen=True)
+class Limits:
+    seconds: float = 1800.0  # wall clock for the whole sandboxed command
+    memory_bytes: int = 8 * 2**30  # total resident memory of every process in the sandbox
+    output_bytes: int = 64 * 2**20  # bytes the sandbox may write: scratch dir size + its stdout/stderr log
+
+
+@dataclass
+class SandboxResult:
+    status: str  # "ok", "failed", "timeout", "memory", "output_limit" or "error" (the sandbox could not start)
+    returncode: int | None
+    message: str
+    seconds: float
+    peak_memory_bytes: int
+
+
+def _as_root() -> bool:
+    return os.geteuid() == 0
+
+
+def _tool(name: str) -> str | None:
+    """Absolute path from the grader's own PATH: the command's environment may have none."""
+    return shutil.which(name)
+
+
+@functools.lru_cache(maxsize=1)
+def unavailable_reason() -> str | None:
+    """None when bubblewrap can run a sandbox here; otherwise why not (e.g. 'bwrap is not installed')."""
+    if _tool("bwrap") is None:
+        return "bwrap is not installed (apt-get install bubblewrap)"
+    if _as_root() and _tool("setpriv") is None:
+        return "setpriv is not installed (it drops root to the sandbox user; apt-get install util-linux)"
+    true = _tool("true")
+    if true is None:
+        return "no `true` command to test the sandbox with"
+    scratch = make_scratch("gpu-course-probe-")
+    try:
+        log = scratch.parent / f"{scratch.name}.log"
+        result = _run([true], scratch, {"PATH": os.defpath}, Limits(seconds=60), log, (), False, True)
+        text = log.read_text(errors="replace").strip() if log.exists() else ""
+        log.unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if result.status != "ok":
+        return f"bubblewrap cannot start a sandbox here: {text[-300:] or result.message}"
+    return None
+
+
+def make_scratch(prefix: str = "gpu-course-run-") -> Path:
+    """mkdtemp under the system temp dir, writes owner.pid (this process's pid), made writable for the sandbox user."""
+    scratch = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
+    # owner.pid stays the grader's (read-only for the sandbox user); the directory becomes the sandbox's.
+    (scratch / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="utf-8")
+    if _as_root():
+        _own_scratch(scratch)
+    return scratch
+
+
+def _own_scratch(scratch: Path) -> None:
+    # Group root lets bwrap, which has dropped its capabilities by then, enter it for --chdir.
+    os.chown(scratch, SANDBOX_UID, 0)
+    os.chmod(scratch, 0o750)
+
+
+def _is_stale(directory: Path) -> bool:
+    owner = directory / OWNER_FILE
+    try:
+        info = owner.lstat()
+        pid = int(owner.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        info = None
+    if info is None or info.st_uid != os.geteuid():
+        # Missing, unreadable or replaced by the sandboxed code: judge by age only.
+        with contextlib.suppress(OSError):
+            return time.time() - directory.lstat().st_mtime > _STALE_GRACE_SECONDS
+        return False
+    try:
+        # A live process with that pid that started after owner.pid was written is a reused pid.
+        return psutil.Process(pid).create_time() > info.st_mtime + 1.0
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:
+        return False
+
+
+def cleanup_stale(tmp_root: Path = _TEMP_DIR, prefix: str = "gpu-course-") -> list[Path]:
+    """Delete scratch dirs named prefix* left by a grader that was killed (their owner pid, written in a file
+    `owner.pid` inside, is no longer alive); return what was removed."""
+    removed = []
+    for directory in sorted(Path(tmp_root).glob(f"{prefix}*")):
+        if directory.is_dir() and not directory.is_symlink() and _is_stale(directory):
+            shutil.rmtree(directory, ignore_errors=True)
+            if not directory.exists():
+                removed.append(directory)
+    return removed
+
+
+def _needed_paths(argv: Sequence[str], env: dict[str, str]) -> set[Path]:
+    """Read-only paths the command needs: the Python install, the command's own prefix, PYTHONPATH."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    executable = shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if executable is not None:
+        paths |= {os.path.dirname(executable), str(Path(executable).resolve().parent.parent)}
+    paths |= {entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry}
+    return {Path(path).resolve() for path in paths if os.path.isabs(path) and os.path.exists(path)}
+
+
+def _closed_ancestor(path: Path) -> Path | None:
+    """The shallowest proper ancestor of ``path`` that other users cannot enter (e.g. /root, mode 700)."""
+    for ancestor in reversed(path.parents[:-1]):
+        with contextlib.suppress(OSError):
+            if not ancestor.stat().st_mode & 0o001:
+                return ancestor
+    return None
+
+
+def _bwrap_command(argv: Sequence[str], scratch: Path, env: dict[str, str], hide: Sequence[Path], gpu: bool,
+                   status_fd: int) -> list[str]:
+    command = [str(_tool("bwrap")), "--json-status-fd", str(status_fd), "--die-with-parent", "--new-session",
+               "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+               "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    if gpu:
+        for device in sorted(Path("/dev").glob("nvidia*")):
+            command += ["--dev-bind", str(device), str(device)]
+    read_only = ["/tmp"]
+    if _as_root():
+        # The sandbox user cannot enter a directory such as /root (mode 700) that holds the Python it
+        # needs: cover that directory with an empty one and bind back only what is needed.
+        needed = _needed_paths(argv, env)
+        masks = {mask for path in (*needed, scratch) if (mask := _closed_ancestor(path)) is not None}
+        for mask in sorted(masks):
+            command += ["--tmpfs", str(mask)]
+            read_only.append(str(mask))
+            for path in sorted(needed):
+                if mask in path.parents:
+                    command += _parent_dirs(mask, path) + ["--ro-bind", str(path), str(path)]
+    for path in hide:
+        path = Path(path).resolve()
+        if any(Path(top) == path or Path(top) in path.parents for top in read_only):
+            continue  # already behind an empty mount (e.g. anything under /tmp)
+        if path.is_dir():
+            command += ["--tmpfs", str(path)]
+            read_only.append(str(path))
+        elif path.exists():
+            command += ["--ro-bind", "/dev/null", str(path)]
+    tops = [Path(top) for top in read_only if Path(top) in scratch.parents]
+    if tops:
+        command += _parent_dirs(max(tops, key=lambda top: len(top.parts)), scratch)
+    command += ["--bind", str(scratch), str(scratch)]
+    for path in read_only:
+        command += ["--remount-ro", path]
+    command += ["--chdir", str(scratch)]
+    if _as_root():
+        # bwrap run by root keeps every capability for the command unless told; setpriv needs only these.
+        command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add",
+                    "CAP_SETPCAP", "--", str(_tool("setpriv")),
+                    f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--inh-caps=-all",
+                    "--bounding-set=-all", "--no-new-privs", "--"]
+    else:
+        command += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--disable-userns",
+                    "--"]
+    return command + list(argv)
+
+
+def _parent_dirs(top: Path, path: Path) -> list[str]:
+    """Make the directories between ``top`` (a fresh tmpfs) and ``path``, which bwrap would make mode 0700."""
+    command = []
+    for parent in reversed(path.parents):
+        if top in parent.parents:
+            command += ["--perms", "0755", "--dir", str(parent)]
+    return command
+
+
+def _chown_tree(scratch: Path) -> None:
+    _own_scratch(scratch)
+    for root, dirs, files in os.walk(scratch):
+        for name in dirs + files:
+            if Path(root, name) != scratch / OWNER_FILE:
+                os.chown(Path(root, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        parent = psutil.Process(pid)
+        return [parent, *parent.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _resident_bytes(processes: Sequence[psutil.Process]) -> int:
+    total = 0
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            total += process.memory_info().rss
+    return total
+
+
+def _written_bytes(scratch: Path, log_path: Path) -> int:
+    """Apparent or allocated size, whichever is larger, and at least 512 bytes an entry: neither sparse files nor
+    millions of empty files are free."""
+    total = 0
+    with contextlib.suppress(OSError):
+        total += log_path.stat().st_size
+    stack = [scratch]
+    while stack:
+        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    total += max(info.st_size, info.st_blocks * 512, 512)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+    return total
+
+
+def _exited(child: subprocess.Popen[bytes]) -> bool:
+    """Whether the child has exited, without reaping it: while it is unreaped, its pid (which is also the id of its
+    process group and session) cannot be reused, so killing by those ids cannot hit an unrelated process."""
+    try:
+        return os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _leftovers(child: subprocess.Popen[bytes], seen: dict[int, psutil.Process]) -> list[psutil.Process]:
+    """Every live process of the run: the child's tree, its group and session, and every descendant ever seen
+    (without the sandbox, a process that called setsid and lost its parent is found only there)."""
+    found = {process.pid: process for process in (*_tree(child.pid), *seen.values())}
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if child.pid in (os.getpgid(process.pid), os.getsid(process.pid)):
+                found.setdefault(process.pid, process)
+    found.pop(os.getpid(), None)
+    return [process for process in found.values() if _alive(process)]
+
+
+def _kill_everything(child: subprocess.Popen[bytes], seen: dict[int, psutil.Process]) -> None:
+    """SIGKILL every process of the run, then reap the child. In the sandbox the PID namespace dies with its init
+    anyway; this also covers the run without the sandbox."""
+    for _ in range(100):
+        left = _leftovers(child, seen)
+        if not left:
+            break
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGKILL)
+        for process in left:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        # Not the child itself: psutil would reap it, and its pid must stay pinned until the end.
+        psutil.wait_procs([process for process in left if process.pid != child.pid], timeout=0.1)
+    child.wait()
+
+
+def run(argv: list[str], *, scratch: Path, env: dict[str, str], limits: Limits, log_path: Path,
+        hide: Sequence[Path] = (), gpu: bool = False, sandbox: bool = True) -> SandboxResult:
+    """Run argv with cwd=scratch. sandbox=False runs it as a plain child process (the TA's explicit --no-sandbox),
+    with the same limits and kill-on-exit."""
+    if not argv:
+        raise ValueError("run() needs a command")
+    scratch = Path(scratch).resolve()
+    if not scratch.is_dir():
+        raise ValueError(f"scratch {scratch} is not a directory")
+    if sandbox:
+        reason = unavailable_reason()
+        if reason is not None:
+            return SandboxResult("error", None, f"the sandbox could not start: {reason}", 0.0, 0)
+    return _run(argv, scratch, env, limits, Path(log_path), hide, gpu, sandbox)
+
+
+def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits, log_path: Path,
+         hide: Sequence[Path], gpu: bool, sandbox: bool) -> SandboxResult:
+    started = time.monotonic()
+
+    def result(status: str, returncode: int | None, message: str, peak: int = 0) -> SandboxResult:
+        return SandboxResult(status, returncode, message, time.monotonic() - started, peak)
+
+    status_read, status_write = os.pipe() if sandbox else (-1, -1)
+    command = list(argv)
+    if sandbox:
+        if _as_root():
+            _chown_tree(scratch)
+        command = _bwrap_command(argv, scratch, env, hide, gpu, status_write)
+    prlimit = _tool("prlimit")
+    if prlimit is not None:
+        # RLIMIT_FSIZE caps any one file. RLIMIT_NPROC counts every task of a real uid on the machine, so
+        # it is set only where that uid is the sandbox's own (root drops to 65534 inside; root is exempt).
+        nproc = [f"--nproc={MAX_TASKS}"] if sandbox and _as_root() else []
+        command = [prlimit, f"--fsize={limits.output_bytes}", *nproc, "--", *command]
+    with open(log_path, "wb") as log:
+        try:
+            child = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     pass_fds=(status_write,) if sandbox else ())
+        except OSError as error:
+            if sandbox:
+                os.close(status_read)
+            return result("error", None, f"could not start {command[0]}: {error}")
+        finally:
+            if sandbox:
+                os.close(status_write)
+    seen: dict[int, psutil.Process] = {}
+    peak, stopped, pause = 0, None, 0.005
+    try:
+        while not _exited(child):
+            time.sleep(pause)
+            pause = min(2 * pause, _POLL_SECONDS)
+            processes = _tree(child.pid)
+            seen.update((process.pid, process) for process in processes)
+            resident = _resident_bytes(processes)
+            peak = max(peak, resident)
+            if time.monotonic() - started > limits.seconds:
+                stopped = "timeout"
+            elif resident > limits.memory_bytes:
+                stopped = "memory"
+            elif _written_bytes(scratch, log_path) > limits.output_bytes:
+                stopped = "output_limit"
+            if stopped is not None:
+                break
+    finally:
+        _kill_everything(child, seen)
+    statuses = _read_available(status_read) if sandbox else ""
+    if stopped is None and _written_bytes(scratch, log_path) >= limits.output_bytes:
+        stopped = "output_limit"  # a write cut short by RLIMIT_FSIZE (SIGXFSZ)
+    messages = {
+        "timeout": f"ran past its {limits.seconds:g} s time limit; stopped",
+        "memory": f"used more than {limits.memory_bytes / 2**30:.1f} GiB of memory; stopped",
+        "output_limit": f"wrote more than {limits.output_bytes / 2**20:.1f} MiB (files and printed output); stopped",
+    }
+    if stopped is not None:
+        return result(stopped, child.returncode, messages[stopped], peak)
+    if sandbox and '"exit-code"' not in statuses:
+        return result("error", child.returncode, f"the sandbox could not start: {_bwrap_error(log_path)}", peak)
+    returncode = child.returncode
+    if returncode == 0:
+        return result("ok", 0, "finished normally", peak)
+    if returncode < 0 or (sandbox and returncode > 128):
+        number = -returncode if returncode < 0 else returncode - 128
+        with contextlib.suppress(ValueError):
+            return result("failed", returncode, f"was killed by {signal.Signals(number).name}", peak)
+    return result("failed", returncode, f"exited with code {returncode}", peak)
+
+
+def _read_available(fd: int) -> str:
+    """What bwrap wrote on its status pipe; never blocks."""
+    os.set_blocking(fd, False)
+    chunks = []
+    with contextlib.suppress(OSError):
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def _bwrap_error(log_path: Path) -> str:
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "bwrap failed"
+    return next((line for line in reversed(lines) if line.startswith("bwrap:")), "bwrap failed")[:300]

@@ -1,0 +1,300 @@
+"""The sandbox: what untrusted code inside can see, reach and leave behind, and every limit's status.
+
+Each test runs a small Python script inside with this venv's interpreter. Tests that need bubblewrap are
+skipped (and said so loudly, never counted as passed) where it cannot run; the rest also cover --no-sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import psutil
+import pytest
+
+from grader import sandbox
+from grader.sandbox import Limits, cleanup_stale, make_scratch, run, unavailable_reason
+
+REPO = Path(__file__).resolve().parent.parent
+REASON = unavailable_reason()
+if REASON is not None:
+    warnings.warn(f"sandbox tests NOT RUN (skipped, not passed): {REASON}", stacklevel=1)
+needs_bwrap = pytest.mark.skipif(REASON is not None, reason=f"NOT RUN, not counted as passed: {REASON}")
+
+
+@pytest.fixture
+def scratch():
+    path = make_scratch()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+MINUTE = Limits(seconds=60)
+
+
+def _python(scratch: Path, log: Path, code: str, *args: str, limits: Limits = MINUTE, **options):
+    env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch), "PYTHONDONTWRITEBYTECODE": "1"}
+    result = run([sys.executable, "-c", code, *args], scratch=scratch, env=env, limits=limits, log_path=log,
+                 **options)
+    return result, log.read_text(errors="replace") if log.exists() else ""
+
+
+def _last_json(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def _tagged(tag: str, *, inside: bool = False) -> list[psutil.Process]:
+    """Live processes with ``tag`` as an argument; with ``inside``, only the sandboxed command's own (in another PID
+    namespace, not bwrap)."""
+    ours = os.readlink("/proc/self/ns/pid")
+    found = []
+    for process in psutil.process_iter(["cmdline", "status", "name"]):
+        with contextlib.suppress(OSError):
+            if tag not in (process.info["cmdline"] or []) or process.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if not inside or (process.info["name"] != "bwrap" and os.readlink(f"/proc/{process.pid}/ns/pid") != ours):
+                found.append(process)
+    return found
+
+
+def _tag() -> str:
+    return f"{random.randint(1000, 9999)}.{random.randint(100000, 999999)}"  # a `sleep` nobody else runs
+
+
+PROBE = """
+import json, os, sys
+paths = json.loads(sys.argv[1])
+result = {"uid": os.getuid(), "euid": os.geteuid(), "tmp": sorted(os.listdir("/tmp"))}
+def attempt(name, action):
+    try:
+        result[name] = action()
+    except OSError as error:
+        result[name] = type(error).__name__
+def write(path):
+    with open(path, "w") as file:
+        file.write("x")
+    return "written"
+attempt("solution", lambda: open(paths["solution"]).read())
+attempt("submissions", lambda: os.listdir(paths["submissions"]))
+attempt("gradebook", lambda: open(paths["gradebook"]).read())
+attempt("write_out", lambda: write(os.path.join(paths["out"], "grade.json")))
+attempt("write_repo", lambda: write(os.path.join(paths["repo"], "sandbox-was-here")))
+attempt("write_var_tmp", lambda: write(os.path.join(paths["var_tmp"], "sandbox-was-here")))
+attempt("write_tmp", lambda: write("/tmp/sandbox-was-here"))
+attempt("write_scratch", lambda: write("answer.json"))
+attempt("write_grader_made_dir", lambda: write(os.path.join("home", "cache")))
+print(json.dumps(result))
+"""
+
+
+@pytest.fixture
+def course_files():
+    """World-readable stand-ins for solutions/, other submissions, OUT and the gradebook, outside /tmp (which the
+    sandbox replaces anyway), so only `hide` can keep them from the sandbox."""
+    root = Path(tempfile.mkdtemp(prefix="gpu-course-test-", dir="/var/tmp"))
+    (root / "solutions").mkdir()
+    (root / "solutions" / "day7.py").write_text("THE ANSWER")
+    (root / "subs" / "alice").mkdir(parents=True)
+    (root / "out").mkdir()
+    (root / "gradebook.db").write_text("GRADES")
+    (root / "writable").mkdir()
+    for path in (root, *root.rglob("*")):
+        path.chmod(0o777 if path.is_dir() else 0o644)
+    paths = {"solution": str(root / "solutions" / "day7.py"), "submissions": str(root / "subs"),
+             "gradebook": str(root / "gradebook.db"), "out": str(root / "out"), "repo": str(REPO),
+             "var_tmp": str(root / "writable")}
+    yield root, paths
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@needs_bwrap
+def test_hidden_paths_are_unreadable_and_only_scratch_is_writable(scratch, tmp_path, course_files):
+    root, paths = course_files
+    other = make_scratch()  # another student's run
+    (scratch / "home").mkdir()  # made by the grader (root) before the run: still writable inside
+    try:
+        hide = [root / "solutions", root / "subs", root / "out", root / "gradebook.db", root / "missing"]
+        result, log = _python(scratch, tmp_path / "log", PROBE, json.dumps(paths), hide=hide)
+        assert result.status == "ok", log
+        seen = _last_json(log)
+        assert seen["solution"] == "FileNotFoundError", seen
+        assert seen["submissions"] == [], seen
+        assert seen["gradebook"] in ("", "PermissionError"), seen  # /dev/null on a nodev mount: not even that
+        for name in ("write_out", "write_repo", "write_var_tmp", "write_tmp"):
+            assert seen[name] in ("OSError", "PermissionError", "FileNotFoundError"), (name, seen)
+        assert seen["write_scratch"] == seen["write_grader_made_dir"] == "written", seen
+        assert seen["tmp"] == [scratch.name], seen  # no other scratch dir is visible
+        assert (scratch / "answer.json").read_text() == "x"
+        assert not (root / "writable" / "sandbox-was-here").exists() and not (REPO / "sandbox-was-here").exists()
+
+        # The control: without `hide`, the same files are readable, so it is `hide` that keeps them out.
+        result, log = _python(scratch, tmp_path / "log", PROBE, json.dumps(paths))
+        seen = _last_json(log)
+        assert seen["solution"] == "THE ANSWER" and seen["submissions"] == ["alice"], seen
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
+@needs_bwrap
+def test_inside_runs_as_an_unprivileged_user(scratch, tmp_path):
+    code = "import os; print(os.getuid(), os.geteuid(), os.getgid(), open('/proc/self/status').read())"
+    result, log = _python(scratch, tmp_path / "log", code)
+    assert result.status == "ok", log
+    uid, euid, gid = (int(word) for word in log.split()[:3])
+    assert uid != 0 and euid != 0 and gid != 0 and uid == sandbox.SANDBOX_UID
+    assert "CapEff:\t0000000000000000" in log and "NoNewPrivs:\t1" in log
+
+
+NETWORK = """
+import json, socket, sys
+result = {}
+for host, port in (("1.1.1.1", 80), ("127.0.0.1", int(sys.argv[1]))):
+    try:
+        socket.create_connection((host, port), timeout=3).close()
+        result[host] = "connected"
+    except OSError as error:
+        result[host] = type(error).__name__
+print(json.dumps(result))
+"""
+
+
+@needs_bwrap
+def test_no_network(scratch, tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()  # the control: it accepts from outside
+        result, log = _python(scratch, tmp_path / "log", NETWORK, str(port))
+    assert result.status == "ok", log
+    seen = _last_json(log)
+    assert seen["1.1.1.1"] != "connected" and seen["127.0.0.1"] != "connected", seen
+
+
+LEAVE_BEHIND = """
+import os, subprocess, sys, time
+subprocess.Popen(["sleep", sys.argv[1]], start_new_session=True)
+if os.fork() == 0:  # a daemon: double fork and a new session
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("sleep", ["sleep", sys.argv[2]])
+    os._exit(0)
+time.sleep(0.5)
+alive = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        alive += open(f"/proc/{pid}/cmdline").read().split("\\0")[1:2] in ([sys.argv[1]], [sys.argv[2]])
+    except OSError:
+        pass
+print("left behind:", alive)
+"""
+
+
+@needs_bwrap
+def test_nothing_started_inside_outlives_the_run(scratch, tmp_path):
+    detached, daemon = _tag(), _tag()
+    result, log = _python(scratch, tmp_path / "log", LEAVE_BEHIND, detached, daemon)
+    assert result.status == "ok", log
+    assert "left behind: 2" in log  # the control: both were running when the command ended
+    assert _tagged(detached) == [] and _tagged(daemon) == []
+
+
+def test_without_the_sandbox_a_detached_child_is_killed_too(scratch, tmp_path):
+    code = "import subprocess, sys, time\nsubprocess.Popen(['sleep', sys.argv[1]], start_new_session=True)\n" \
+           "time.sleep(0.5)"
+    detached = _tag()
+    result, log = _python(scratch, tmp_path / "log", code, detached, sandbox=False)
+    assert result.status == "ok", log
+    assert _tagged(detached) == []
+
+
+@needs_bwrap
+def test_killing_the_grader_kills_everything_inside(scratch, tmp_path):
+    tag = _tag()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    grader = subprocess.Popen([sys.executable, str(REPO / "tests" / "sandbox_grader.py"), str(scratch),
+                               str(tmp_path / "log"), tag], env=env, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 15
+        while len(_tagged(tag, inside=True)) < 2 and time.monotonic() < deadline:  # python and its detached sleep
+            time.sleep(0.05)
+        inside = _tagged(tag, inside=True)
+        assert len(inside) == 2, (tmp_path / "log").read_text() if (tmp_path / "log").exists() else "no log"
+        assert all(process.uids().real == sandbox.SANDBOX_UID for process in inside)
+    finally:
+        grader.send_signal(signal.SIGKILL)
+        grader.wait()
+    _, alive = psutil.wait_procs(inside, timeout=5)
+    assert alive == [] and _tagged(tag) == []  # nor bwrap
+
+
+@pytest.mark.parametrize("use_sandbox", [pytest.param(True, marks=needs_bwrap), False])
+def test_exit_codes_and_limits_become_statuses(scratch, tmp_path, use_sandbox):
+    def check(code: str, limits: Limits = MINUTE):
+        return _python(scratch, tmp_path / "log", code, limits=limits, sandbox=use_sandbox)
+
+    result, log = check("print('hi')")
+    assert (result.status, result.returncode, log) == ("ok", 0, "hi\n")
+
+    result, _ = check("import os; os._exit(3)")
+    assert (result.status, result.returncode, result.message) == ("failed", 3, "exited with code 3")
+
+    result, _ = check("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    assert result.status == "failed" and "SIGSEGV" in result.message
+
+    result, _ = check("import time; time.sleep(30)", Limits(seconds=1))
+    assert result.status == "timeout" and 1 <= result.seconds < 5, result
+    assert result.message == "ran past its 1 s time limit; stopped"
+
+    # A notebook that would take 100 GB: touched memory in a loop, stopped at the limit (not by the kernel).
+    grow = "chunks = []\nwhile True:\n    chunks.append(b'x' * (64 * 2**20))"
+    result, _ = check(grow, Limits(seconds=60, memory_bytes=2**30))
+    assert result.status == "memory" and 2**30 < result.peak_memory_bytes < 4 * 2**30, result
+    assert result.message == "used more than 1.0 GiB of memory; stopped"
+
+    output = Limits(seconds=60, output_bytes=2**20)
+    for code in ("import sys\nwhile True:\n    sys.stdout.write('x' * 4096)",  # printed output
+                 "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 65536)",  # one big file
+                 "import time\nfor i in range(100000):\n    open(f'f{i}', 'wb').write(b'x' * 50000)\n"
+                 "    time.sleep(0.001)"):  # many files, each under the limit
+        result, _ = check(code, output)
+        assert result.status == "output_limit", (code, result)
+        assert result.message == "wrote more than 1.0 MiB (files and printed output); stopped"
+        for path in scratch.iterdir():
+            if path.name != sandbox.OWNER_FILE:
+                path.unlink()
+
+
+def test_cleanup_stale_removes_only_dirs_of_dead_graders(tmp_path):
+    finished = subprocess.Popen(["true"])
+    finished.wait()
+    dead, alive, reused = (tmp_path / f"gpu-course-run-{name}" for name in ("dead", "alive", "reused"))
+    for directory, pid in ((dead, finished.pid), (alive, os.getpid()), (reused, os.getpid())):
+        directory.mkdir()
+        (directory / "owner.pid").write_text(f"{pid}\n")
+    # Written before this process started: the pid now belongs to someone else.
+    started = psutil.Process().create_time()
+    os.utime(reused / "owner.pid", (started - 100, started - 100))
+    unrelated = tmp_path / "other-dir"
+    unrelated.mkdir()
+    assert sorted(cleanup_stale(tmp_path)) == sorted([dead, reused])
+    assert alive.is_dir() and unrelated.is_dir() and not dead.exists() and not reused.exists()
+
+
+def test_make_scratch_records_its_owner():
+    path = make_scratch()
+    try:
+        assert path.parent == Path(tempfile.gettempdir()).resolve() and path.name.startswith("gpu-course-run-")
+        assert (path / "owner.pid").read_text().strip() == str(os.getpid())
+        assert path not in cleanup_stale(path.parent)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
