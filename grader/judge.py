@@ -196,12 +196,9 @@ def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
     return verdict
 
 
-def _budget(spec: Any, shape: tuple[int, ...]) -> int:
-    """Bytes a plan may allocate: four times the inputs and output, plus 64 MiB of scratch."""
-    inputs = spec.make_inputs(tuple(1 for _ in shape), 0, "cpu")
-    per_element = 8
-    elements = sum(math.prod(shape) for _ in inputs) + math.prod(spec.output_shape(shape))
-    return 4 * per_element * elements + 64 * 2**20
+def _budget(inputs: tuple[Any, ...], output_shape: tuple[int, ...]) -> int:
+    """Bytes a plan may allocate: four times its inputs and an fp64 output, plus 64 MiB of scratch."""
+    return 4 * (sum(t.untyped_storage().nbytes() for t in inputs) + 8 * math.prod(output_shape)) + 64 * 2**20
 
 
 def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export: dict[str, Any],
@@ -224,8 +221,8 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
             return False, f"{label}: not run: {broken}"
         inputs = spec.make_inputs(shape, seed, "cuda")
         try:
-            prepared = replay.prepare(plan, inputs, kernels_, spec.output_dtype, tuple(output_shape(shape)),
-                                      _budget(spec, shape))
+            out_shape = tuple(output_shape(shape))
+            prepared = replay.prepare(plan, inputs, kernels_, spec.output_dtype, out_shape, _budget(inputs, out_shape))
             out = replay.launch(prepared)
             torch.cuda.synchronize()
         except (replay.Unreplayable, ValueError, KeyError, TypeError) as problem:
@@ -286,11 +283,11 @@ def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...],
     from grader import replay
 
     failures: list[str] = []
-    budget = _budget(spec, shape)
+    out_shape = tuple(spec.output_shape(shape))
 
     def make_args(i: int) -> tuple:
         inputs = spec.make_inputs(shape, seed + 11 + i, "cuda")
-        return (replay.prepare(plan, inputs, kernels, spec.output_dtype, tuple(spec.output_shape(shape)), budget),)
+        return (replay.prepare(plan, inputs, kernels, spec.output_dtype, out_shape, _budget(inputs, out_shape)),)
 
     def after(args: tuple, out: Any, i: int) -> None:
         # The check regenerates the inputs from the seed: a kernel that overwrote its inputs cannot pass it.
