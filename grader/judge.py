@@ -104,7 +104,7 @@ def run_tests(tests: list[dict[str, str]], answers: dict[str, Any], arrays: Path
     return verdicts
 
 
-def _read_export(folder: Path) -> dict[str, Any]:
+def read_export(folder: Path) -> dict[str, Any]:
     path = folder / "export.json"
     if not path.is_file():
         return {}
@@ -152,7 +152,7 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path) ->
 def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
     from course import spec as specs
 
-    export = _read_export(Path(job["export"]))
+    export = read_export(Path(job["export"]))
     kernels = {}
     for spec_job in job["kernels"]:
         spec = specs.get(spec_job["spec"])
@@ -179,8 +179,8 @@ def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
     from grader import replay
 
     device.configure("gpu")
-    student_export = _read_export(Path(job["export"]))
-    reference_export = _read_export(Path(job["reference"]["export"])) if job.get("reference") else {}
+    student_export = read_export(Path(job["export"]))
+    reference_export = read_export(Path(job["reference"]["export"])) if job.get("reference") else {}
     started = time.perf_counter()
     student_kernels = replay.load_kernels(Path(job["built"]))
     reference_kernels = replay.load_kernels(Path(job["reference"]["built"])) if job.get("reference") else None
@@ -306,7 +306,7 @@ def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...],
 
 def judge(job: dict[str, Any]) -> dict[str, Any]:
     """Every verdict for one notebook: kernels (by device) and the master test cells."""
-    export = _read_export(Path(job["export"]))
+    export = read_export(Path(job["export"]))
     answers = export.get("answers") if isinstance(export.get("answers"), dict) else {}
     verdict = judge_gpu(job) if job["device"] == "gpu" else judge_cpu(job)
     verdict["tests"] = run_tests(job["tests"], answers, Path(job["export"]) / "arrays")

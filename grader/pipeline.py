@@ -265,6 +265,9 @@ def run_task(task: Task) -> Graded:
         nbformat.write(with_recording_cell(task.notebook, scratch / "request.json"), str(scratch / "submission.ipynb"))
         outcome = execute(_job(task, scratch, task.run / "sandbox.log"))
         _keep(scratch, task.run)
+        recording = judge.read_export(task.run / "export").get("seconds")
+        if isinstance(recording, float):  # reported from inside the sandbox: shown, never used to score
+            outcome.timings["recording"] = recording
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if task.settings.device == "gpu":
