@@ -9,6 +9,7 @@ SUBMISSIONS ?=
 OUT ?= build/grades
 NB ?= week1/day7_fast_matmul.ipynb
 DEVICE ?= auto
+NO_SANDBOX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 REQUIREMENTS := requirements/base.txt requirements/constraints.txt $(if $(SYSTEM_SITE_PACKAGES),,requirements/torch-cpu.txt)
@@ -40,13 +41,18 @@ check-release: setup
 	$(PY) -m grader release --check
 
 grade: setup
-	$(PY) -m grader grade $(SUBMISSIONS) --out $(OUT) --device $(DEVICE)
+	$(PY) -m grader grade $(SUBMISSIONS) --out $(OUT) --device $(DEVICE) $(if $(NO_SANDBOX),--no-sandbox,)
 
 check: setup
-	$(PY) -m grader check $(NB) --device $(DEVICE)
+	$(PY) -m grader check $(NB) --device $(DEVICE) $(if $(NO_SANDBOX),--no-sandbox,)
 
 bench: setup
 	$(PY) bench/gpu_measurements.py
 
 clean:
 	rm -rf build .pytest_cache
+
+.PHONY: student-bundle
+# What students receive (released notebooks, course/, setup files; no solutions, grader or tests): DEST=... to move it.
+student-bundle: setup
+	$(PY) -m grader.bundle $(or $(DEST),build/student-bundle)

@@ -129,7 +129,9 @@ def execute(job: Job) -> Outcome:
         return Outcome(results.TIMEOUT, f"the notebook ran past its {job.notebook_timeout:.0f} s limit", timings)
     if ran.status in _SANDBOX_STATUS:
         return Outcome(_SANDBOX_STATUS[ran.status], ran.message, timings)
-    try:  # written inside the sandbox: informative only, and checked before use
+    try:  # written inside the sandbox: informative only, and checked before use (never through a link)
+        if job.outcome_path.is_symlink():
+            raise ValueError("a link")
         reported = json.loads(job.outcome_path.read_text(encoding="utf-8"))
         status, message = str(reported["status"]), str(reported.get("message", ""))[:500]
         kernel_start = float(reported.get("timings", {}).get("kernel_start", 0.0))
@@ -155,8 +157,7 @@ def build(job: Job, notebook: Path, export: Path, target: dict[str, Any], destin
                "target": target, "out": str(fresh / "built")}
     (fresh / "build.json").write_text(json.dumps(request), encoding="utf-8")
     ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.build_kernels", str(fresh / "build.json")], 600.0)
-    if (fresh / "built").exists():
-        shutil.copytree(fresh / "built", destination, dirs_exist_ok=True)
+    sandbox.copy_out(fresh / "built", destination)
     if ran.status != "ok":
         return Outcome(results.GRADER_ERROR, f"building the kernels failed ({ran.status}): {_log_tail(job)}",
                        {"build": ran.seconds})

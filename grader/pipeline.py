@@ -217,12 +217,9 @@ def _job(task: Task, scratch: Path, log: Path) -> Job:
 
 
 def _keep(scratch: Path, run: Path) -> None:
-    """Copy what the run produced (data only) out of its scratch directory."""
-    for name in ("executed.ipynb", "outcome.json"):
-        if (scratch / name).is_file():
-            shutil.copy(scratch / name, run / name)
-    if (scratch / "export").is_dir():
-        shutil.copytree(scratch / "export", run / "export", symlinks=False, ignore_dangling_symlinks=True)
+    """Copy what the run produced out of its scratch directory (regular files only, links never followed)."""
+    for name in ("executed.ipynb", "outcome.json", "export"):
+        sandbox.copy_out(scratch / name, run / name)
 
 
 def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import functools
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -401,3 +402,28 @@ def _bwrap_error(log_path: Path) -> str:
     except OSError:
         return "bwrap failed"
     return next((line for line in reversed(lines) if line.startswith("bwrap:")), "bwrap failed")[:300]
+
+
+def copy_out(source: Path, destination: Path) -> None:
+    """Copy a file or folder a sandbox wrote: regular files only, never through a link (which could
+    point at the grader's own files), folders walked without following links."""
+    try:
+        mode = os.lstat(source).st_mode
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        for folder, _, files in os.walk(source, followlinks=False):
+            for name in files:
+                path = Path(folder) / name
+                copy_out(path, destination / path.relative_to(source))
+        return
+    try:
+        handle = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    with os.fdopen(handle, "rb") as data:
+        if not stat.S_ISREG(os.fstat(data.fileno()).st_mode):
+            return
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        with open(destination, "wb") as copy:
+            shutil.copyfileobj(data, copy)

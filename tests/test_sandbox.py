@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from grader import sandbox
-from grader.sandbox import Limits, cleanup_stale, make_scratch, run, unavailable_reason
+from grader.sandbox import Limits, cleanup_stale, copy_out, make_scratch, run, unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 REASON = unavailable_reason()
@@ -298,3 +298,17 @@ def test_make_scratch_records_its_owner():
         assert path not in cleanup_stale(path.parent)
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def test_copy_out_takes_regular_files_and_never_follows_links(tmp_path):
+    secret = tmp_path / "grader-secret.txt"
+    secret.write_text("the grader's own file")
+    written = tmp_path / "scratch" / "export"
+    (written / "arrays").mkdir(parents=True)
+    (written / "export.json").write_text("{}")
+    (written / "arrays" / "0.npy").write_bytes(b"data")
+    (written / "stolen.json").symlink_to(secret)
+    (written / "linked-folder").symlink_to(tmp_path)
+    copy_out(written, tmp_path / "out")
+    copied = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*"))
+    assert copied == ["arrays", "arrays/0.npy", "export.json"]
