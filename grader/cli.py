@@ -167,7 +167,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _execution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (a GPU if visible), gpu or cpu")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel notebooks (default: one per GPU, 2 on a CPU)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="parallel notebooks (default: one per GPU, 2 on a CPU; more than one per GPU makes "
+                             "timings share the GPU)")
     parser.add_argument("--bench-shapes", default=None, help='JSON list of shapes, e.g. "[[2048,2048,2048]]"')
     parser.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may run")
     parser.add_argument("--notebook-timeout", type=float, default=1800.0, help="seconds one notebook may run")

@@ -20,12 +20,16 @@ T = TypeVar("T")
 
 
 def local_slots(device: str, jobs: int | None) -> list[str | None]:
-    """One slot per visible GPU (its index), or ``jobs`` CPU slots (default: 2, or 1 on one core)."""
+    """One slot per visible GPU (its index), or ``jobs`` CPU slots (default: 2, or 1 on one core).
+
+    More jobs than GPUs share the GPUs round-robin: quicker for correctness-only batches, but then
+    one notebook's run can overlap another's timing, so performance grades want one job per GPU.
+    """
     if device == "gpu":
         import torch
 
         count = torch.cuda.device_count()
-        return [str(i) for i in range(count if jobs is None else min(jobs, count))]
+        return [str(i % count) for i in range(count if jobs is None else jobs)]
     return [None] * max(1, jobs or min(2, os.cpu_count() or 1))
 
 
