@@ -109,8 +109,9 @@ def judge(nb: NotebookNode, on_gpu: bool, not_run: dict[int, str] | None = None)
         grade_id, points = meta.get("grade_id", f"cell {index}"), float(meta.get("points", 0))
         perf, note = grade_id.startswith(PERF_PREFIX), hidden.get(grade_id)
         visible = not perf and note is None
+        # A test that cannot run yet because of a stub above, or a speed measured on a stub, grades nothing.
         still_a_stub = (error is not None and (_is_stub_error(error) or bool(stub and error.ename == "NameError"))
-                        or bool(note is not None and stub and not _has_code(cell.source)))
+                        or bool(stub and ((note is not None and not _has_code(cell.source)) or (perf and on_gpu))))
         details: tuple[str, ...] = ()
         if index in not_run:
             text, ok = f"not run: {not_run[index]}", False

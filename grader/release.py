@@ -26,6 +26,8 @@ from nbgrader.preprocessors import (
 from grader.layout import CourseNotebook, course_notebooks
 
 NBFORMAT_VERSION = 4
+HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"  # matched as nbgrader's ClearHiddenTests matches it
+HIDDEN_DEFAULT_NOTE = "the grader checks the value of your answer"
 
 
 def _apply(preprocessors: list[Preprocessor], nb: NotebookNode, notebook: CourseNotebook) -> NotebookNode:
@@ -46,11 +48,38 @@ def master_version(notebook: CourseNotebook) -> NotebookNode:
                   nb, notebook)
 
 
+def hidden_test_notes(nb: NotebookNode) -> dict[str, str]:
+    """Grade id -> what that test cell's hidden tests check, in the words of the comments just above them.
+
+    Only those comments, which stay in the student's copy anyway; never the hidden code.
+    """
+    notes = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("grade"):
+            continue
+        lines = cell.source.splitlines()
+        said = []
+        for start in (i for i, line in enumerate(lines) if HIDDEN_BEGIN in line):
+            above = []
+            for line in reversed(lines[:start]):
+                if not line.strip().startswith("#"):
+                    break
+                above.insert(0, line.strip().lstrip("#").strip())
+            said.append(" ".join(part for part in above if part))
+        if said:
+            notes[cell.metadata.nbgrader["grade_id"]] = " ".join(s for s in said if s) or HIDDEN_DEFAULT_NOTE
+    return notes
+
+
 def student_version(notebook: CourseNotebook) -> NotebookNode:
-    """The notebook students receive."""
+    """The notebook students receive; ``metadata.course.hidden_tests`` says which cells the grader extends."""
     master = master_version(notebook)
-    return _apply([ClearHiddenTests(), ClearMarkScheme(), ComputeChecksums(), CheckCellMetadata()],
-                  master, notebook)
+    notes = hidden_test_notes(master)
+    nb = _apply([ClearHiddenTests(), ClearMarkScheme(), ComputeChecksums(), CheckCellMetadata()],
+                master, notebook)
+    if notes:
+        nb.metadata["course"] = {"hidden_tests": notes}
+    return nb
 
 
 def serialize(nb: NotebookNode) -> str:

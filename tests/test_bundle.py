@@ -1,0 +1,163 @@
+"""The student bundle holds what students need and nothing of the grader's: no solution, no hidden test."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grader import bundle
+from grader.layout import REPO
+
+SHORT = 8  # shorter lines ("pass", ")") prove nothing
+MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+EXPECTED = ["README.md", "Makefile", "environment.yml", "pyproject.toml", "requirements/base.txt",
+            "requirements/constraints.txt", "requirements/torch-cpu.txt", "course/__init__.py",
+            "course/selfcheck.py", "course/exercises/matmul_fp32.py", "week1/day7_fast_matmul.ipynb",
+            "week2/README.md"]
+FORBIDDEN = ["solutions", "grader", "tests", "examples", "bench", ".ci", ".github", "student", "build"]
+
+
+def secrets_of(notebook: Path) -> dict[str, set[str]]:
+    """{"solution": lines, "hidden": lines} found only inside such blocks, read straight from the JSON."""
+    found: dict[str, set[str]] = {"solution": set(), "hidden": set()}
+    public: set[str] = set()
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+        kind = None
+        for line in source.splitlines():
+            if "BEGIN SOLUTION" in line or "BEGIN HIDDEN TESTS" in line:
+                kind = "solution" if "SOLUTION" in line else "hidden"
+            elif "END SOLUTION" in line or "END HIDDEN TESTS" in line:
+                kind = None
+            elif kind:
+                found[kind].add(line.strip())
+            else:
+                public.add(line.strip())
+    return {kind: {line for line in lines - public if len(line) >= SHORT} for kind, lines in found.items()}
+
+
+def texts(folder: Path) -> dict[str, list[str]]:
+    """Each file's stripped lines; a notebook's JSON strings are decoded first, so escaped quotes cannot hide."""
+    out = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        raw = path.read_bytes().decode("utf-8", errors="replace")
+        decoded = []
+        if path.suffix == ".ipynb":
+            nb = json.loads(raw)
+            for cell in nb["cells"]:
+                decoded.append(cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"]))
+            decoded.append(json.dumps(nb["metadata"]))
+        out[str(path.relative_to(folder))] = [line.strip() for line in (raw + "\n" + "\n".join(decoded)).splitlines()]
+    return out
+
+
+def found_in(folder: Path, secrets: set[str]) -> list[str]:
+    return [f"{name}: {line}" for name, lines in texts(folder).items() for line in lines if line in secrets]
+
+
+SOLUTION_NOTEBOOKS = sorted((REPO / "solutions").glob("*/*.ipynb"))
+SECRETS = {kind: set().union(*(secrets_of(nb)[kind] for nb in SOLUTION_NOTEBOOKS)) for kind in ("solution", "hidden")}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    destination = tmp_path_factory.mktemp("bundle") / "student-bundle"
+    bundle.build(destination)
+    return destination
+
+
+def test_the_scan_has_something_to_find():
+    assert SOLUTION_NOTEBOOKS
+    assert 'course.check.assert_correct(SPEC, matmul, "hidden")' in SECRETS["hidden"]
+    assert "acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)" in SECRETS["solution"]
+    assert found_in(REPO / "solutions", SECRETS["solution"]) and found_in(REPO / "solutions", SECRETS["hidden"])
+
+
+@pytest.mark.parametrize("relative", EXPECTED)
+def test_bundle_has_what_students_need(built: Path, relative: str):
+    assert (built / relative).is_file()
+
+
+def test_bundle_has_nothing_of_the_graders(built: Path):
+    present = sorted(p.name for p in built.iterdir())
+    assert not set(FORBIDDEN) & set(present), present
+    assert not [p for p in built.rglob("*") if p.name == "__pycache__" or p.suffix == ".pyc"]
+
+
+@pytest.mark.parametrize("kind", ["solution", "hidden"])
+def test_no_file_holds_a_secret_line(built: Path, kind: str):
+    assert found_in(built, SECRETS[kind]) == []
+
+
+def test_no_file_holds_a_block_marker(built: Path):
+    hits = [f"{name}: {line}" for name, lines in texts(built).items() for line in lines
+            if any(marker in line for marker in MARKERS)]
+    assert hits == []
+
+
+def test_the_student_notebooks_are_the_release(built: Path):
+    for notebook in sorted((REPO / "week1").glob("*.ipynb")):
+        assert (built / "week1" / notebook.name).read_bytes() == notebook.read_bytes()
+
+
+def test_pyproject_installs_only_course(built: Path):
+    tomllib = pytest.importorskip("tomllib")
+    config = tomllib.loads((built / "pyproject.toml").read_text(encoding="utf-8"))
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["course*"]
+    assert "scripts" not in config["project"] and "package-data" not in config["tool"]["setuptools"]
+
+
+def test_the_student_files_come_from_student(built: Path):
+    assert (built / "README.md").read_text() == (REPO / "student" / "README.md").read_text()
+    makefile = (built / "Makefile").read_text()
+    assert makefile == (REPO / "student" / "Makefile").read_text()
+    assert "course.selfcheck" in makefile and "grader" not in makefile
+
+
+def test_course_imports_from_the_bundle_alone(built: Path):
+    env = {**os.environ, "PYTHONPATH": str(built), "COURSE_DEVICE": "cpu"}
+    done = subprocess.run([sys.executable, "-c", "import course, course.selfcheck; print(course.__file__)"],
+                          cwd=built, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).resolve().is_relative_to(built.resolve())
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_student_makefile_check_runs_the_selfcheck(built: Path):
+    done = subprocess.run(["make", "-n", "check", "NB=week1/day7_fast_matmul-Copy1.ipynb"], cwd=built,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert '-m course.selfcheck "week1/day7_fast_matmul-Copy1.ipynb"' in done.stdout
+
+
+def test_a_leak_stops_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    planted = tmp_path / "planted"
+    shutil.copytree(REPO / "student", planted)
+    (planted / "README.md").write_text("tl.store(c_ptrs, acc, mask=row_ok[:, None] & col_ok[None, :])\n")
+    monkeypatch.setattr(bundle, "TEMPLATES", planted)
+    destination = tmp_path / "bundle"
+    with pytest.raises(bundle.BundleError, match="would reach students"):
+        bundle.build(destination)
+    assert not destination.exists()
+
+
+def test_an_unrelated_folder_is_never_replaced(tmp_path: Path):
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(bundle.BundleError, match="not empty"):
+        bundle.build(tmp_path)
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_the_students_check_runs_from_the_bundle(built: Path):
+    env = {**os.environ, "PYTHONPATH": str(built), "COURSE_DEVICE": "cpu"}
+    done = subprocess.run([sys.executable, "-m", "course.selfcheck", "week1/day7_fast_matmul.ipynb"], cwd=built,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr  # the shipped notebook holds stubs
+    assert "not graded yet: still a stub" in done.stdout and "visible: 0 of 2 points" in done.stdout
