@@ -58,10 +58,11 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
     for call in job["calls"]:
         shape, started = tuple(call["shape"]), time.perf_counter()
         inputs = exercise.make_inputs(shape, int(call["seed"]), device)
-        if job.get("warmup") and device == "cuda":
+        if job.get("warmup"):
             try:  # compiles and autotunes outside the recording
                 fn(*inputs)
-                torch.cuda.synchronize()
+                if device == "cuda":
+                    torch.cuda.synchronize()
             except Exception:  # the recorded call reports the same failure
                 pass
         out, recorded = plan.record_call(fn, inputs)

@@ -16,6 +16,7 @@ import ast
 import hashlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -95,52 +96,77 @@ def _constant_assignment(node: ast.stmt) -> bool:
             and len(value.args) == 1 and not value.keywords and _is_literal(value.args[0]))
 
 
-def kernel_definitions(cells: list[str], folder: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """Define the notebook's kernels in a fresh namespace; returns (name -> JITFunction, name -> why refused)."""
-    from triton.runtime.jit import JITFunction
+@dataclass
+class Definitions:
+    """What the notebook's code cells define that the builder may run: read from their syntax alone."""
 
-    namespace: dict[str, Any] = {"__name__": "notebook_kernels"}
-    exec("import triton\nimport triton.language as tl\nimport math", namespace)
-    refused: dict[str, str] = {}
-    jit_options: dict[str, dict[str, Any]] = {}
-    folder.mkdir(parents=True, exist_ok=True)
-    for index, source in enumerate(cells):
+    lines: list[list[str]]  # per cell: the lines to define (others blank), so line numbers stay right
+    jit_options: dict[str, dict[str, Any]]  # kernel name -> literal options of its triton.jit
+    refused: dict[str, str]  # kernel name -> why it cannot be built
+
+
+def read_definitions(cells: list[str]) -> Definitions:
+    """Top-level ``@triton.jit`` functions and constant assignments, checked without running anything."""
+    found = Definitions([], {}, {})
+    for source in cells:
+        lines = source.splitlines()
+        kept = [""] * len(lines)
+        found.lines.append(kept)
         try:
             tree = ast.parse(source)
         except SyntaxError:
             continue
-        lines = source.splitlines()
-        kept = [""] * len(lines)
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.decorator_list:
                 options, why = _jit_options(node.decorator_list)
                 if options is None:
                     if "not decorated" not in why:
-                        refused[node.name] = why
+                        found.refused[node.name] = why
                     continue
                 why = _plain_signature(node)
                 if why:
-                    refused[node.name] = why
+                    found.refused[node.name] = why
                     continue
-                refused.pop(node.name, None)
-                jit_options[node.name] = options
+                found.refused.pop(node.name, None)
+                found.jit_options[node.name] = options
                 first = node.lineno  # the def line itself: decorators are applied below, not run
                 kept[first - 1:node.end_lineno] = lines[first - 1:node.end_lineno]
             elif _constant_assignment(node):
                 kept[node.lineno - 1:node.end_lineno] = lines[node.lineno - 1:node.end_lineno]
+    return found
+
+
+def kernel_problem(definitions: Definitions, name: str) -> str | None:
+    """Why the judge will not run a launched kernel of this name, or None."""
+    if name in definitions.refused:
+        return f"kernel {name} cannot be built: {definitions.refused[name]}"
+    if name not in definitions.jit_options:
+        return f"kernel {name} is not a top-level @triton.jit function of the notebook"
+    return None
+
+
+def kernel_definitions(cells: list[str], folder: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """Define the notebook's kernels in a fresh namespace; returns (name -> JITFunction, name -> why refused)."""
+    from triton.runtime.jit import JITFunction
+
+    definitions = read_definitions(cells)
+    namespace: dict[str, Any] = {"__name__": "notebook_kernels"}
+    exec("import triton\nimport triton.language as tl\nimport math", namespace)
+    folder.mkdir(parents=True, exist_ok=True)
+    for index, kept in enumerate(definitions.lines):
         if not any(kept):
             continue
         path = folder / f"cell{index}.py"
         path.write_text("\n".join(kept) + "\n", encoding="utf-8")
         exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
     kernels = {}
-    for name, options in jit_options.items():
-        if name in refused or not callable(namespace.get(name)):
+    for name, options in definitions.jit_options.items():
+        if name in definitions.refused or not callable(namespace.get(name)):
             continue
         # Compiled, never interpreted: the builder serves the GPU judge whatever TRITON_INTERPRET says.
         kernels[name] = JITFunction(namespace[name], **options)
         namespace[name] = kernels[name]
-    return kernels, refused
+    return kernels, definitions.refused
 
 
 def build(request: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import results
+from grader import build_kernels, results
 
 MAX_ANSWER_BYTES = 16 * 2**20
 
@@ -124,7 +124,8 @@ def _calls_of(export: dict[str, Any], spec_id: str) -> tuple[dict[str, Any], str
     return (entry.get("calls") if isinstance(entry.get("calls"), dict) else {}), entry.get("error")
 
 
-def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path) -> tuple[bool, str]:
+def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
+               definitions: build_kernels.Definitions) -> tuple[bool, str]:
     """Provisional: the output the sandbox returned against the reference for the same seed."""
     import torch
 
@@ -139,6 +140,10 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path) ->
         return False, f"{label}: {plan['problems'][0]}"
     if not plan.get("launches"):
         return False, f"{label}: no Triton kernel was launched by the graded function"
+    for launch in plan["launches"]:
+        problem = build_kernels.kernel_problem(definitions, str(launch.get("kernel")))
+        if problem:  # the GPU judge would refuse to build it: say so now
+            return False, f"{label}: {problem}"
     name = recorded.get("output")
     path = outputs / Path(str(name)).name if name else None
     if path is None or not path.is_file():
@@ -150,9 +155,13 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path) ->
 
 
 def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
+    import nbformat
+
     from course import spec as specs
 
     export = read_export(Path(job["export"]))
+    notebook = nbformat.read(job["notebook"], as_version=4)  # the sanitized notebook: its syntax, never run
+    definitions = build_kernels.read_definitions([c.source for c in notebook.cells if c.cell_type == "code"])
     kernels = {}
     for spec_job in job["kernels"]:
         spec = specs.get(spec_job["spec"])
@@ -163,7 +172,8 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
             if error or call["key"] not in calls:
                 passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {error or 'not recorded'}"
             else:
-                passed, message = _cpu_check(spec, call, calls[call["key"]], Path(job["export"]) / "outputs")
+                passed, message = _cpu_check(spec, call, calls[call["key"]], Path(job["export"]) / "outputs",
+                                             definitions)
             verdict["passed"] &= passed
             verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
         kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}

@@ -4,7 +4,9 @@ Per notebook: sanitize (here) -> the notebook runs in the sandbox with the grade
 appended (``grader.execute``) -> on a GPU its kernels are built from source in a fresh sandbox ->
 the judge (``grader.judge``: its own process on a GPU) replays the plans on secret inputs and runs
 the master test cells on the exported answers -> score (here) -> gradebook and
-``results/<student>/<assignment>/<notebook>.json`` (atomic). Only this process writes OUT.
+``results/<student id>/<assignment>/<notebook>.json`` (atomic). Only this process writes OUT.
+Every student folder yields a result for every notebook of the batch's assignments, graded or not
+(``grader.layout.find_submissions``); the student id is the folder name's safe form.
 A result whose submission, grader version and device are unchanged is kept on a re-run; ``force``
 grades everything again. On a GPU, the reference solution of each notebook is run and built
 first through the same path; the judge times its plan beside every student's.
@@ -17,21 +19,25 @@ import builtins
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import nbformat
+from nbgrader.api import Gradebook
+from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
 from grader import GRADER_VERSION, gradebook, judge, results, sandbox, score
 from grader.dispatch import local_slots, run_local
-from grader.execute import Job, Outcome, build, execute
+from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute
 from grader.layout import (
     SOLUTIONS,
     CourseNotebook,
@@ -97,11 +103,11 @@ def sha256(path: Path) -> str:
 
 
 def result_path(out: Path, submission: Submission) -> Path:
-    return out / "results" / submission.student / submission.assignment / f"{submission.notebook}.json"
+    return out / "results" / submission.student_id / submission.assignment / f"{submission.notebook}.json"
 
 
 def run_dir(out: Path, submission: Submission) -> Path:
-    return out / "runs" / submission.student / submission.assignment / submission.notebook
+    return out / "runs" / submission.student_id / submission.assignment / submission.notebook
 
 
 def _up_to_date(out: Path, submission: Submission, settings: Settings) -> bool:
@@ -113,7 +119,9 @@ def _up_to_date(out: Path, submission: Submission, settings: Settings) -> bool:
     except (OSError, ValueError):
         return False
     return (old.get("grader_version") == GRADER_VERSION and old.get("device") == settings.device_name
-            and old.get("submission_sha256") == sha256(submission.path))
+            and old.get("submission_sha256") == sha256(submission.path)
+            and old.get("submitted_file", submission.submitted_file) == submission.submitted_file
+            and old.get("student") == submission.student)
 
 
 def answer_names(tests: list[dict[str, str]]) -> list[str]:
@@ -170,7 +178,9 @@ def _recording_request(jobs: list[dict[str, Any]], plan: Plan, device: str, scra
     for job in jobs:
         calls = [{"key": c["key"], "shape": c["shape"], "seed": c["seed"] if device == "cpu" else i}
                  for i, c in enumerate(job["calls"])]
-        recorded.append({"spec": job["spec"], "calls": calls, "warmup": device == "gpu",
+        # A warm-up call first (compiling and autotuning on a GPU): a function that keeps its output
+        # between calls then returns memory the recorded call did not allocate, which cannot be replayed.
+        recorded.append({"spec": job["spec"], "calls": calls, "warmup": True,
                          "keep_outputs": device == "cpu"})
     return {"out": str(scratch / "export"), "device": "cuda" if device == "gpu" else "cpu",
             "answers": plan.answers, "kernels": recorded}
@@ -276,6 +286,7 @@ def run_task(task: Task) -> Graded:
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
     judge_job = {"device": task.settings.device, "export": str(task.run / "export"), "built": str(task.run / "built"),
+                 "notebook": str(task.run / "sanitized.ipynb"),
                  "reference": task.reference, "run_seed": task.run_seed, "student": task.key, "kernels": jobs,
                  "tests": task.plan.tests, "verdict": str(task.run / "verdict.json")}
     verdict = _judge(task, judge_job)
@@ -310,9 +321,127 @@ def _result(submission: Submission, graded: Graded, plan: Plan, sanitized: nbfor
 
 
 def _missing_or_unreadable(submission: Submission, status: str, message: str, settings: Settings) -> NotebookResult:
+    """A result for a notebook that did not run: nothing to grade, or a file that is not a notebook."""
     return NotebookResult(submission.student, submission.assignment, submission.notebook, status, message,
                           submission_sha256=sha256(submission.path) if submission.path else "",
-                          grader_version=GRADER_VERSION, device=settings.device_name, sandbox=settings.sandbox_label)
+                          grader_version=GRADER_VERSION, device=settings.device_name, sandbox=settings.sandbox_label,
+                          student_id=submission.student_id, submitted_file=submission.submitted_file,
+                          found=submission.found)
+
+
+# Reading the executed notebook the sandbox returned: untrusted data, so sizes are capped and every
+# field is checked before use; only ever shown, never scored.
+_MAX_EXECUTED_BYTES = 128 * 2**20
+_TAIL_LINES, _TAIL_CHARS, _LINE_CHARS = 40, 4000, 300
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_LOG_NOISE = ("Kernel is running over TCP without encryption",)  # Jupyter's warning in every run's log
+_RUN_STATUSES = {results.TIMEOUT, results.KERNEL_DIED, results.CUDA_ERROR, results.MEMORY, results.OUTPUT_LIMIT,
+                 results.GRADER_ERROR}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value[-_TAIL_CHARS * 16:]
+    if isinstance(value, list):
+        return "".join(v for v in value[-2000:] if isinstance(v, str))[-_TAIL_CHARS * 16:]
+    return ""
+
+
+def _tail(text: str) -> str:
+    """The last lines of ``text``, without terminal codes or control characters, each line capped."""
+    text = _CONTROL.sub("", _ANSI.sub("", text[-_TAIL_CHARS * 16:].replace("\r\n", "\n").replace("\r", "\n")))
+    lines = [line if len(line) <= _LINE_CHARS else f"{line[:_LINE_CHARS]}... [{len(line)} characters]"
+             for line in text.rstrip().splitlines() if not any(noise in line for noise in _LOG_NOISE)]
+    lines = lines[-_TAIL_LINES:]
+    return "\n".join(lines)[-_TAIL_CHARS:]
+
+
+def _outputs_text(cell: dict[str, Any]) -> str:
+    outputs = cell.get("outputs")
+    parts = []
+    for output in outputs[-50:] if isinstance(outputs, list) else []:
+        if not isinstance(output, dict):
+            continue
+        kind = output.get("output_type")
+        if kind == "stream":
+            parts.append(_text(output.get("text")))
+        elif kind == "error":
+            traceback = output.get("traceback")
+            if isinstance(traceback, list) and traceback:
+                parts.append("\n".join(_text(line) for line in traceback[-200:]))
+            else:
+                parts.append(f"{_text(output.get('ename'))}: {_text(output.get('evalue'))}")
+        elif kind in ("execute_result", "display_data") and isinstance(output.get("data"), dict):
+            parts.append(_text(output["data"].get("text/plain")))
+    return "\n".join(p.rstrip("\n") for p in parts if p)
+
+
+def _cell_label(cell: dict[str, Any], index: int, total: int) -> str:
+    metadata = cell.get("metadata") if isinstance(cell.get("metadata"), dict) else {}
+    nbgrader = metadata.get("nbgrader") if isinstance(metadata.get("nbgrader"), dict) else {}
+    grade_id = nbgrader.get("grade_id")
+    tags = metadata.get("tags") if isinstance(metadata.get("tags"), list) else []
+    where = f"cell {index + 1} of {total} as the grader ran it"
+    if RECORDING_CELL in tags:
+        return f"the grader's last cell, which calls your graded functions on the judged shapes ({where})"
+    if "injected-parameters" in tags:
+        return f"the grader's parameters cell ({where})"
+    if isinstance(grade_id, str) and grade_id:
+        return f"cell '{_tail(grade_id)[:64]}' ({where})"
+    if cell.get("cell_type") != "code":
+        return f"{where} (a text cell)"
+    source = cell.get("source")
+    source = "".join(s for s in source[:200] if isinstance(s, str)) if isinstance(source, list) else source
+    lines = [line.strip() for line in source[:4000].splitlines() if line.strip()] if isinstance(source, str) else []
+    first = _tail(lines[0])[:80] if lines else ""
+    return f"{where}, a cell you added" + (f", which starts `{first}`" if first else " (empty)")
+
+
+def describe_failed_run(run: Path, status: str) -> tuple[str, str]:
+    """(stopped_at, failure_tail) of a run that did not finish, from the executed notebook in ``run``.
+
+    The cell is the first with a CUDA error for ``cuda_error``, else the last one the run started
+    (papermill stamps each cell's start, and saves the notebook after every cell). The tail is that
+    cell's traceback or output; failing that, the end of the sandbox's log. ("", "") for a run that finished.
+    """
+    if status not in _RUN_STATUSES:
+        return "", ""
+    stopped_at, tail = "", ""
+    path = run / "executed.ipynb"
+    try:
+        if path.is_symlink() or path.stat().st_size > _MAX_EXECUTED_BYTES:
+            raise ValueError("not read")
+        nb = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        cells = nb.get("cells") if isinstance(nb, dict) else None
+        if not isinstance(cells, list):
+            raise ValueError("no cells")
+    except (OSError, ValueError, RecursionError):
+        cells = []
+    cells = [c if isinstance(c, dict) else {} for c in cells]
+    chosen = None
+    if status == results.CUDA_ERROR:
+        chosen = next((i for i, c in enumerate(cells)
+                       if any(marker in _outputs_text(c) for marker in _CUDA_FAILURES)), None)
+    if chosen is None:
+        started = [i for i, c in enumerate(cells) if isinstance(c.get("metadata"), dict)
+                   and isinstance(c["metadata"].get("papermill"), dict)
+                   and isinstance(c["metadata"]["papermill"].get("start_time"), str)]
+        chosen = started[-1] if started else None
+    if chosen is not None:
+        stopped_at = _cell_label(cells[chosen], chosen, len(cells))
+        tail = _tail(_outputs_text(cells[chosen]))
+    elif cells:
+        stopped_at = "before its first cell (the notebook's kernel did not start)"
+    if not tail:
+        try:
+            with open(run / "sandbox.log", "rb") as log:
+                log.seek(max(0, os.fstat(log.fileno()).st_size - _TAIL_CHARS * 4))
+                logged = _tail(log.read().decode("utf-8", errors="replace"))
+        except OSError:
+            logged = ""
+        tail = f"(no output in that cell; the end of the run's log:)\n{logged}" if logged else ""
+    return stopped_at, tail
 
 
 def _check_sandbox(settings: Settings, log: Callable[[str], None]) -> None:
@@ -365,6 +494,8 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     submissions, problems = find_submissions(submissions_root)
     for problem in problems:
         log(f"note: {problem}")
+    if not submissions:
+        log(f"note: no student folders in {submissions_root}")
     todo = [s for s in submissions if not _up_to_date(out, s, settings)]
     kept = len(submissions) - len(todo)
     if kept:
@@ -379,7 +510,10 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
                                    hide, log)
 
     def finish(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None) -> None:
-        gradebook.record(url, result, notebook)
+        result.student_id, result.submitted_file = submission.student_id, submission.submitted_file
+        result.found = submission.found
+        _name_student(url, result)
+        gradebook.record(url, replace(result, student=result.student_id), notebook)
         results.write_json_atomic(result_path(out, submission), result.to_json())
 
     done = 0
@@ -387,7 +521,8 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     notes: dict[str, list[str]] = {}
     for submission in todo:
         if submission.path is None:
-            result = _missing_or_unreadable(submission, results.MISSING, "no notebook was submitted", settings)
+            result = _missing_or_unreadable(submission, submission.status or results.MISSING,
+                                            submission.found or "no notebook was submitted", settings)
         else:
             cleaned = sanitize(submission.path, submission.assignment, submission.notebook, submission.student, url)
             if cleaned.notebook is not None:
@@ -396,7 +531,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
                 nbformat.write(cleaned.notebook, str(run / "sanitized.ipynb"))
                 notes[submission.key] = cleaned.notes
                 key = f"{submission.assignment}/{submission.notebook}"
-                tasks.append((submission, Task(submission.student, cleaned.notebook, plans[key], run, settings,
+                tasks.append((submission, Task(submission.student_id, cleaned.notebook, plans[key], run, settings,
                                                run_seed, hide, reference=reference.get(key),
                                                judge_cache=out / "judge-cache")))
                 continue
@@ -416,11 +551,27 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
         except Exception as error:  # a result the scorer cannot make must not stop the batch
             result = _missing_or_unreadable(
                 submission, results.GRADER_ERROR, f"scoring failed: {type(error).__name__}: {error}", settings)
+        try:
+            result.stopped_at, result.failure_tail = describe_failed_run(task.run, graded.outcome.status)
+        except Exception as error:  # describing a failure must never stop the batch either
+            result.failure_tail = f"(the executed notebook could not be read: {type(error).__name__})"
+        if result.stopped_at and result.status != results.OK:
+            result.message = f"{result.message}; it stopped in {result.stopped_at}".lstrip("; ")
         finish(submission, result, task.notebook)
         done += 1
         if progress:
             progress(done, len(todo), result)
     return load_results(out)
+
+
+def _name_student(url: str, result: NotebookResult) -> None:
+    """Give a student whose folder name is not an id that name in the gradebook (``nbgrader export``'s
+    last_name column; nbgrader writes that CSV without quoting, so commas and line breaks become spaces)."""
+    if result.student == result.student_id:
+        return
+    with Gradebook(url) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)
+        gb.update_or_create_student(result.student_id, last_name=re.sub(r'[,"\r\n]', " ", result.student)[:128])
 
 
 def load_results(out: Path) -> list[NotebookResult]:

@@ -136,9 +136,15 @@ def rebuild(nb: NotebookNode, master: NotebookNode, release: NotebookNode) -> tu
     """
     out = copy.deepcopy(master)
     out.metadata = copy.deepcopy(release.metadata)
+    kernel_notes = []
+    theirs = nb.get("metadata", {}).get("kernelspec", {})
+    ours = release.metadata.get("kernelspec", {})
+    if isinstance(theirs, dict) and theirs.get("name") not in (None, ours.get("name")):
+        kernel_notes.append(f"the notebook asked for the kernel {str(theirs.get('name'))[:60]!r}; the grader ran it "
+                            f"with the course's kernel {ours.get('name')!r}")
     if not nb.cells:
-        return out, ["the notebook had no cells; it was rebuilt from the course notebook, so every answer is "
-                     "the stub and scores 0"]
+        return out, [*kernel_notes, "the notebook had no cells; it was rebuilt from the course notebook, so every "
+                     "answer is the stub and scores 0"]
     mine = nb.cells
     released = {_grade_id(c): c for c in release.cells if _grade_id(c)}
     masters = [c for c in master.cells if _grade_id(c)]
@@ -254,7 +260,7 @@ def rebuild(nb: NotebookNode, master: NotebookNode, release: NotebookNode) -> tu
         cells += [cell, *following.get(k, [])]
     out.cells = cells
     _unique_cell_ids(out)
-    return out, notes
+    return out, [*kernel_notes, *notes]
 
 
 def _unique_cell_ids(nb: NotebookNode) -> None:

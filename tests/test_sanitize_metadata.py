@@ -265,3 +265,13 @@ def test_an_older_format_4_notebook_without_cell_ids_is_graded(tmp_path, db):
     assert cleaned.notes == []
     ids = [c.id for c in cleaned.notebook.cells]
     assert len(set(ids)) == len(ids)
+
+
+def test_a_changed_kernelspec_is_put_back_with_a_note(tmp_path):
+    nb = student_version(NOTEBOOK)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    path = tmp_path / "submitted.ipynb"
+    nbformat.write(nb, str(path))
+    cleaned = sanitize(path, NOTEBOOK.assignment, NOTEBOOK.name, "student", "unused")
+    assert cleaned.notebook.metadata.kernelspec.name == "gpu-kernels-course"
+    assert any("python3" in note for note in cleaned.notes)

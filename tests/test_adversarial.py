@@ -1,0 +1,101 @@
+"""The public corpus of cheating submissions (tests/adversarial/), graded in one batch by the real grader.
+
+Each fixture must get exactly the points its entry in tests/adversarial/expected.py names for this
+device, with an accepted notebook status. The honest controls must get in the batch what they get
+graded alone, and the sandbox must hold: nothing the fixtures started is still running, the gradebook
+holds exactly the grades the grader computed, and solutions/ is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import psutil
+import pytest
+
+from grader import results
+from grader.layout import SOLUTIONS
+from grader.pipeline import Settings, grade, resolve_device
+from tests.adversarial.build import build, fixtures
+from tests.adversarial.expected import EXPECTED
+
+pytestmark = pytest.mark.slow
+DEVICE, DEVICE_NAME = resolve_device("auto")
+ON_GPU = DEVICE == "gpu"
+FIXTURES = fixtures()
+GRADED = sorted(name for name, f in FIXTURES.items() if ON_GPU or not f.gpu_only)
+SEED = 20261122
+MARKS = ("adversarial-",)  # the fixtures name their processes and files with it
+
+
+def _settings(jobs: int) -> Settings:
+    # Tight limits: the corpus holds an infinite loop, a 100 GB allocation and a 10 MB print.
+    return Settings(DEVICE, DEVICE_NAME, jobs=jobs, cell_timeout=60, notebook_timeout=240, judge_timeout=300,
+                    memory_bytes=4 * 2**30, output_bytes=8 * 2**20, seed=SEED)
+
+
+def _digest(folder) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    root, out = tmp_path_factory.mktemp("cheaters"), tmp_path_factory.mktemp("grades")
+    build(root, GRADED)
+    solutions_before = _digest(SOLUTIONS)
+    graded = grade(root, out, _settings(jobs=4 if ON_GPU else 2), log=lambda _: None)
+    return {r.student: r for r in graded}, out, solutions_before
+
+
+def _check(result, name: str) -> None:
+    expected = EXPECTED[name]
+    points = expected.gpu if ON_GPU else expected.cpu
+    assert result.status in expected.status, f"{name}: status {result.status} ({result.message})"
+    items = {i.item: i for i in result.items}
+    wrong = {item: (items[item].score, want, items[item].message[:200]) for item, want in points.items()
+             if items[item].score != want}
+    assert not wrong, f"{name}: (got, expected, message) {wrong}"
+    if expected.tamper_note:
+        assert result.integrity, f"{name}: the grader undid a change without a note"
+
+
+@pytest.mark.parametrize("name", sorted(FIXTURES))
+def test_each_fixture_gets_its_expected_verdict(batch, name):
+    if name not in GRADED:
+        pytest.skip("a GPU-only fixture: NOT RUN on this machine, not counted as passed")
+    _check(batch[0][name], name)
+
+
+def test_honest_submissions_get_the_same_grade_alone(batch, tmp_path):
+    root = tmp_path / "class"
+    build(root, ["honest_fast", "honest_slow"])
+    alone = {r.student: r for r in grade(root, tmp_path / "out", _settings(jobs=1), log=lambda _: None)}
+    for name in ("honest_fast", "honest_slow"):
+        in_batch = {i.item: i.score for i in batch[0][name].items}
+        assert {i.item: i.score for i in alone[name].items} == in_batch, name
+
+
+def test_nothing_a_fixture_started_is_still_running(batch):
+    survivors = []
+    for process in psutil.process_iter(["name", "cmdline"]):
+        text = " ".join([process.info["name"] or "", *(process.info["cmdline"] or [])])
+        if any(mark in text for mark in MARKS):
+            survivors.append(text[:120])
+    assert not survivors
+
+
+def test_the_fixtures_changed_nothing_outside_their_sandbox(batch):
+    from nbgrader.api import Gradebook
+
+    from grader.gradebook import db_url
+
+    by_student, out, solutions_before = batch
+    assert _digest(SOLUTIONS) == solutions_before
+    with Gradebook(db_url(out)) as gb:
+        for name, result in by_student.items():
+            stored = gb.find_submission_notebook(result.notebook, result.assignment, name)
+            assert stored.score == pytest.approx(result.score), f"{name}: the gradebook differs from the grade"
+    assert all(r.status != results.GRADER_ERROR for r in by_student.values())
