@@ -1,4 +1,10 @@
-"""``python -m grader``: release, run, grade, export, feedback, check and demo."""
+"""``python -m grader``: release, run, grade, export, feedback, check and demo.
+
+Exit codes: 0 when every notebook found was graded normally; 1 when ``grade`` or ``check`` found a
+notebook it could not grade normally (a timeout, a dead kernel, a corrupt or ambiguous file...: the
+summary names each; ``grade --allow-ungraded`` exits 0 anyway); 2 for a usage or setup error.
+A missing notebook (nothing submitted) is listed in the summary but does not change the exit code.
+"""
 
 from __future__ import annotations
 
@@ -6,34 +12,104 @@ import argparse
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from grader import GRADER_VERSION, release
-from grader.results import NotebookResult
+from grader.results import MISSING, NotebookResult
 
 DEFAULT_OUT = Path("build/grades")
 
 
-def _progress(done: int, total: int, result: NotebookResult) -> None:
-    width = 30
-    filled = int(width * done / max(total, 1))
-    seconds = sum(result.timings.get(phase, 0.0) for phase in ("notebook", "build", "judge"))
-    print(f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {result.student}/{result.assignment}/"
-          f"{result.notebook}: {result.status} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+class _Progress:
+    """Grading progress through tqdm: a bar of the notebooks done, the time taken and an estimate of the time
+    left (the average time per notebook so far, every parallel worker included), and one line per finished
+    notebook above it, with the same estimate (so a log file, where the bar is off, has it too).
+
+    Also the pipeline's ``log``: its messages go through tqdm, so they never break the bar.
+    """
+
+    def __init__(self, stream=None) -> None:  # noqa: ANN001  (a text stream; stderr by default)
+        from tqdm import tqdm
+
+        self.stream = stream or sys.stderr
+        self.started = time.monotonic()
+        self.bar = tqdm(total=None, unit="notebook", desc="grading", file=self.stream, smoothing=0.0,
+                        dynamic_ncols=True, disable=not _is_terminal(self.stream),
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} notebooks "
+                                   "[{elapsed} elapsed, {remaining} left]{postfix}")
+
+    def log(self, message: str) -> None:
+        self.bar.write(str(message), file=sys.stdout)
+
+    def eta(self, done: int, total: int) -> str:
+        """The time left, from the average so far (tqdm's estimate with smoothing off), as tqdm writes it."""
+        from tqdm import tqdm
+
+        if done <= 0:
+            return "?"
+        elapsed = time.monotonic() - self.started
+        return tqdm.format_interval(elapsed / done * max(total - done, 0))
+
+    def __call__(self, done: int, total: int, result: NotebookResult) -> None:
+        if self.bar.total != total:
+            self.bar.total = total
+        self.bar.update(done - self.bar.n)
+        seconds = sum(result.timings.get(phase, 0.0) for phase in ("notebook", "build", "judge"))
+        self.bar.write(f"{done}/{total} {result.student}/{result.assignment}/{result.notebook}: {result.status} "
+                       f"({seconds:.0f} s; about {self.eta(done, total)} left)", file=self.stream)
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _is_terminal(stream) -> bool:  # noqa: ANN001
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def summary_table(all_results: list[NotebookResult]) -> str:
+    """One line per notebook: earned points of the graded maximum, and the points still pending."""
     from grader.export import items_of
 
-    lines = [f"{'student':<20}{'notebook':<28}{'status':<13}{'score':>13}{'pending':>9}"]
-    for r in all_results:
+    lines = [f"{'student':<20}{'notebook':<28}{'status':<13}{'earned / graded':>16}{'pending':>9}"]
+    for r in sorted(all_results, key=lambda r: (r.student.casefold(), r.student_id, r.assignment, r.notebook)):
         items = items_of(r)
-        score = sum(i.score or 0.0 for i in items)
-        total = sum(i.max_score for i in items)
+        earned = sum(i.score or 0.0 for i in items)
+        graded = sum(i.max_score for i in items if i.score is not None)
         pending = sum(i.max_score for i in items if i.score is None)
         lines.append(f"{r.student:<20}{r.assignment + '/' + r.notebook:<28}{r.status:<13}"
-                     f"{score:>6g} / {total:<4g}{pending:>9g}")
+                     f"{earned:>8g} / {graded:<5g}{pending:>9g}")
     return "\n".join(lines)
+
+
+def _line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def not_graded_summary(all_results: list[NotebookResult]) -> list[str]:
+    """The closing lines of ``grade``: every notebook not graded normally, and every missing one, by name."""
+    failed = [r for r in all_results if not r.graded_normally]
+    missing = [r for r in all_results if r.status == MISSING]
+    lines = []
+    if failed:
+        counts: dict[str, int] = {}
+        for r in failed:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        kinds = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        lines.append(f"NOT GRADED NORMALLY: {len(failed)} of {len(all_results)} notebooks ({kinds}); their points "
+                     "are 0 or incomplete. Each one (also in students.csv, column messages):")
+        lines += [f"  {r.student}/{r.assignment}/{r.notebook}: {r.status}: {_line(r.summary)}" for r in failed]
+    if missing:
+        lines.append(f"MISSING: {len(missing)} of {len(all_results)} notebooks were not submitted (scored 0):")
+        lines += [f"  {r.student}/{r.assignment}/{r.notebook}: {_line(r.summary)}" for r in missing]
+    if not lines:
+        lines.append(f"all {len(all_results)} notebooks were graded normally")
+    return lines
 
 
 def _settings(args: argparse.Namespace):
@@ -48,13 +124,15 @@ def _settings(args: argparse.Namespace):
 
 
 def _report(all_results: list[NotebookResult], out: Path) -> None:
-    from grader.export import export
+    from grader.export import NBGRADER_CSV, export
     from grader.feedback import write_pages
 
-    grades, students = export(all_results, out)
+    written = export(all_results, out)
     index = write_pages(all_results, out)
     print(summary_table(all_results))
-    print(f"\ngradebook: {out / 'gradebook.db'}\nitems: {grades}\nstudents: {students}\nfeedback: {index}")
+    print(f"\ngradebook: {out / 'gradebook.db'} (`nbgrader export` run in {out} writes {NBGRADER_CSV})"
+          f"\nitems: {written.grades}\nstudents: {written.students}\none row per student, one column per "
+          f"notebook: {written.wide}\nfeedback: {index}")
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -84,10 +162,26 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     print(f"grader {GRADER_VERSION} on {settings.device_name}; results in {out}", flush=True)
-    all_results = grade(submissions, out, settings, progress=_progress)
+    progress = _Progress()
+    try:
+        all_results = grade(submissions, out, settings, log=progress.log, progress=progress)
+    finally:
+        progress.close()
     for note in settings.notes:
         print(f"note: {note}")
+    if not all_results:
+        print(f"NOTHING WAS GRADED: no student folders in {submissions} (expected "
+              "<dir>/<student>/<assignment>/<notebook>.ipynb)", file=sys.stderr)
+        return 1
     _report(all_results, out)
+    closing = not_graded_summary(all_results)
+    print("\n" + "\n".join(closing), flush=True)
+    if any(not r.graded_normally for r in all_results):
+        if args.allow_ungraded:
+            print("(exit status 0: --allow-ungraded)")
+            return 0
+        print(closing[0], file=sys.stderr)
+        return 1
     return 0
 
 
@@ -97,25 +191,41 @@ def cmd_check(args: argparse.Namespace) -> int:
     from grader.pipeline import grade
 
     path = Path(args.notebook)
-    matches = [nb for nb in course_notebooks() if nb.name == path.stem]
-    if not path.is_file() or not matches:
-        print(f"{path} is not one of the course's notebooks (expected e.g. week1/day7_fast_matmul.ipynb)",
-              file=sys.stderr)
+    notebooks = course_notebooks()
+    matches = ([nb for nb in notebooks if nb.name == path.stem]
+               or [nb for nb in notebooks if path.stem.lower().startswith(nb.name.lower())]
+               or [nb for nb in notebooks if nb.assignment == path.parent.name])
+    if not path.is_file() or len(matches) != 1:
+        names = ", ".join(f"{nb.assignment}/{nb.name}.ipynb" for nb in notebooks)
+        print(f"{path}: " + ("no such file" if not path.is_file() else "not one of the course's notebooks")
+              + f" (the course's: {names})", file=sys.stderr)
         return 2
+    if matches[0].name != path.stem:
+        print(f"note: checking {path} as {matches[0].assignment}/{matches[0].name}.ipynb (its name differs)")
     out = Path(args.out)
     class_dir = out / "submission" / "you" / matches[0].assignment
     shutil.rmtree(out / "submission", ignore_errors=True)
     class_dir.mkdir(parents=True)
     shutil.copy(path, class_dir / f"{matches[0].name}.ipynb")
     args.force = True
-    results_ = grade(out / "submission", out, _settings(args), progress=_progress)
+    progress = _Progress()
+    try:
+        results_ = grade(out / "submission", out, _settings(args), log=progress.log, progress=progress)
+    finally:
+        progress.close()
     for result in results_:
         print(f"\n{result.assignment}/{result.notebook}: {result.status} {result.message}")
+        if result.failure_tail:
+            print("  the end of its output:\n    " + result.failure_tail.replace("\n", "\n    "))
         for item in result.items:
             score = "pending" if item.score is None else f"{item.score:g}/{item.max_score:g}"
             print(f"  {item.item:<40}{score:>10}  {item.status}")
             if item.message and item.status != "passed":
                 print("    " + item.message.replace("\n", "\n    "))
+    failed = [r for r in results_ if not r.graded_normally or r.status == MISSING]
+    if failed:
+        print(f"\nNOT GRADED NORMALLY: {failed[0].status}: {_line(failed[0].summary, 1000)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -166,21 +276,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _execution_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", help="auto (a GPU if visible), gpu or cpu")
+    parser.add_argument("--device", default="auto", help="auto (a GPU if visible), gpu or cpu (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="parallel notebooks (default: one per GPU, 2 on a CPU; more than one per GPU makes "
                              "timings share the GPU)")
-    parser.add_argument("--bench-shapes", default=None, help='JSON list of shapes, e.g. "[[2048,2048,2048]]"')
-    parser.add_argument("--cell-timeout", type=float, default=600.0, help="seconds one cell may run")
-    parser.add_argument("--notebook-timeout", type=float, default=1800.0, help="seconds one notebook may run")
+    parser.add_argument("--bench-shapes", default=None,
+                        help='JSON list of benchmark shapes, e.g. "[[2048,2048,2048]]" (default: each spec\'s own)')
+    parser.add_argument("--cell-timeout", type=float, default=600.0,
+                        help="seconds one cell may run (default: %(default)g; make: CELL_TIMEOUT)")
+    parser.add_argument("--notebook-timeout", type=float, default=1800.0,
+                        help="seconds one notebook may run, all cells (default: %(default)g; make: NOTEBOOK_TIMEOUT)")
     parser.add_argument("--judge-timeout", type=float, default=900.0,
-                        help="seconds the judge may spend on one notebook (replay, checks and timing)")
-    parser.add_argument("--memory-gb", type=float, default=8.0, help="host memory one notebook run may use")
+                        help="seconds the judge may spend on one notebook: replay, checks and timing "
+                             "(default: %(default)g; make: JUDGE_TIMEOUT)")
+    parser.add_argument("--memory-gb", type=float, default=8.0,
+                        help="host memory one notebook run may use, GiB (default: %(default)g; make: MEMORY_GB)")
     parser.add_argument("--seed", type=int, default=None,
                         help="the grading run's secret seed (default: drawn afresh; stored in every result)")
     parser.add_argument("--no-sandbox", dest="sandbox", action="store_false",
                         help="run student code WITHOUT the bubblewrap sandbox (only for trusted notebooks; "
-                             "every report says so)")
+                             "every report says so; default: sandboxed; make: NO_SANDBOX=1)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -191,35 +306,48 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="only report student notebooks that differ")
     p.set_defaults(run=cmd_release)
 
-    p = commands.add_parser("grade", help="grade a class: gradebook, CSVs and feedback pages in --out")
-    p.add_argument("submissions", nargs="?", help="<dir>/<student>/<assignment>/<notebook>.ipynb (default: demo class)")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
-    p.add_argument("--force", action="store_true", help="grade again notebooks already graded")
+    p = commands.add_parser(
+        "grade", help="grade a class: gradebook, CSVs and feedback pages in --out",
+        description="Grade every student folder under SUBMISSIONS into --out. Every folder and expected notebook "
+                    "becomes a row, graded or not. Exit status: 0 when every notebook found was graded normally, "
+                    "1 when one was not (the closing summary names each; --allow-ungraded exits 0), 2 for a "
+                    "usage or setup error. Missing notebooks are listed but do not change the exit status.")
+    p.add_argument("submissions", nargs="?",
+                   help="<dir>/<student>/<assignment>/<notebook>.ipynb (default: the demo class, built in --out)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="where results, CSVs and pages go (default: %(default)s)")
+    p.add_argument("--force", action="store_true", help="grade again notebooks already graded (default: keep them)")
+    p.add_argument("--allow-ungraded", action="store_true",
+                   help="exit 0 even when some notebooks could not be graded normally (the summary still lists "
+                        "them; `make grade` passes it for the demo class, whose `crashes` student fails by design)")
     _execution_options(p)
     p.set_defaults(run=cmd_grade)
 
-    p = commands.add_parser("check", help="grade your own notebook the way the TA will")
+    p = commands.add_parser(
+        "check", help="grade your own notebook the way the TA will",
+        description="Grade one notebook exactly as the TA would. Exit status: 0 when it ran to its end (whatever "
+                    "its score), 1 when it could not be graded normally, 2 for a usage error.")
     p.add_argument("notebook")
-    p.add_argument("--out", default="build/check")
+    p.add_argument("--out", default="build/check", help="where the check's results go (default: %(default)s)")
     _execution_options(p)
     p.set_defaults(run=cmd_check)
 
     p = commands.add_parser("run", help="execute one notebook with papermill as the grader does")
     p.add_argument("notebook")
-    p.add_argument("--out", default="build/run")
+    p.add_argument("--out", default="build/run", help="(default: %(default)s)")
     _execution_options(p)
     p.set_defaults(run=cmd_run, force=False)
 
-    p = commands.add_parser("export", help="write grades.csv and students.csv from the results in --out")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
+    p = commands.add_parser("export", help="write grades.csv, students.csv and grades-wide.csv from the results "
+                                           "in --out")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="(default: %(default)s)")
     p.set_defaults(run=cmd_export)
 
     p = commands.add_parser("feedback", help="write the feedback pages from the results in --out")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="(default: %(default)s)")
     p.set_defaults(run=cmd_feedback)
 
     p = commands.add_parser("demo", help="build the demo class's submissions")
-    p.add_argument("destination", nargs="?", default="build/demo_submissions")
+    p.add_argument("destination", nargs="?", default="build/demo_submissions", help="(default: %(default)s)")
     p.set_defaults(run=cmd_demo)
     return root
 

@@ -1,4 +1,9 @@
-"""CSV exports: one row per graded item, and one summary row per student."""
+"""CSV exports: one row per graded item, one summary row per student, and the wide table LMSs import.
+
+Every result is a row: a notebook that was missing, unreadable or did not finish is listed with its
+status and message. ``student`` is the student's folder name as given; ``student_id`` the safe id
+the gradebook uses.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import os
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from nbgrader.utils import is_grade
 
@@ -17,11 +23,27 @@ from grader.release import master_version
 from grader.results import ItemResult, NotebookResult
 from grader.score import performance_cells
 
-ITEM_COLUMNS = ("student_id", "assignment", "notebook", "item", "kind", "score", "max_score", "status",
-                "provisional", "measured", "threshold", "notebook_status", "sandbox", "message")
-STUDENT_COLUMNS = ("student_id", "score", "max_score", "correctness_score", "correctness_max",
-                   "performance_score", "performance_max", "performance_pending", "provisional_points", "notebooks",
-                   "problems", "sandbox")
+# File names in OUT. nbgrader's own `nbgrader export` writes grades.csv by default: the
+# nbgrader_config.py written beside these points it at NBGRADER_CSV instead, so it never overwrites ours.
+GRADES_CSV, STUDENTS_CSV, WIDE_CSV = "grades.csv", "students.csv", "grades-wide.csv"
+NBGRADER_CONFIG, NBGRADER_CSV = "nbgrader_config.py", "nbgrader-grades.csv"
+
+ITEM_COLUMNS = ("student", "student_id", "assignment", "notebook", "submitted_file", "item", "kind", "score",
+                "max_score", "status", "provisional", "measured", "threshold", "notebook_status",
+                "notebook_message", "sandbox", "message")
+# earned: points scored; graded_max: the points of the items decided so far; pending: the points still
+# to be decided (performance without a GPU, answers a person grades); max_score = graded_max + pending.
+STUDENT_COLUMNS = ("student", "student_id", "earned", "graded_max", "pending", "max_score",
+                   "correctness_earned", "correctness_graded_max", "correctness_pending",
+                   "performance_earned", "performance_graded_max", "performance_pending", "provisional_points",
+                   "notebooks", "not_graded_normally", "messages", "sandbox")
+
+
+class Exported(NamedTuple):
+    grades: Path  # one row per student, notebook and graded item
+    students: Path  # one row per student: earned, graded maximum and pending points, statuses, messages
+    wide: Path  # one row per student, one column per notebook (earned points): the shape LMSs import
+    nbgrader_config: Path  # makes `nbgrader export` run in OUT read gradebook.db and write nbgrader-grades.csv
 
 
 @cache
@@ -48,69 +70,142 @@ def items_of(result: NotebookResult) -> list[ItemResult]:
     return list(result.items) + missing
 
 
+def _cell(value: object) -> object:
+    """A value as a spreadsheet will not run it: text that would start a formula gets a leading quote.
+    A plain name such as "-dash" is kept as given; "=1+1", "@SUM(A1)" or "-cmd|' /C calc'!A0" are not."""
+    formula = isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r")
+    if formula and (value[0] != "-" or any(c in value for c in "(|!=+")):
+        return "'" + value
+    return value
+
+
 def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, object]]) -> None:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns)
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({key: _cell(value) for key, value in row.items()} for row in rows)
     temporary = path.with_suffix(".tmp")
     temporary.write_text(buffer.getvalue(), encoding="utf-8")
     os.replace(temporary, path)
 
 
+def _one_line(text: str, limit: int = 600) -> str:
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())[:limit]
+
+
+def _points(value: float) -> str:
+    return f"{round(value, 4):g}"
+
+
+def notebook_message(result: NotebookResult) -> str:
+    """What a TA needs about one notebook, on one line: its status's message, where the run stopped, how its
+    file was found, and the changes the grader undid (the feedback page lists them all)."""
+    parts = [result.summary] if result.summary else []
+    if result.integrity:
+        more = f" (and {len(result.integrity) - 1} more)" if len(result.integrity) > 1 else ""
+        parts.append(f"the grader undid: {result.integrity[0]}{more}")
+    return _one_line("; ".join(parts), 1000)
+
+
+def _order(all_results: list[NotebookResult]) -> list[NotebookResult]:
+    return sorted(all_results, key=lambda r: (r.student.casefold(), r.student_id, r.assignment, r.notebook))
+
+
 def item_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
+    """One row per graded item; a notebook with no items at all still gets one row, with its status."""
     rows = []
-    for result in all_results:
-        for item in items_of(result):
-            rows.append({"student_id": result.student, "assignment": result.assignment, "notebook": result.notebook,
-                         "item": item.item, "kind": item.kind,
-                         "score": "" if item.score is None else f"{item.score:g}",
-                         "max_score": f"{item.max_score:g}", "status": item.status,
+    for result in _order(all_results):
+        common = {"student": result.student, "student_id": result.student_id, "assignment": result.assignment,
+                  "notebook": result.notebook, "submitted_file": result.submitted_file,
+                  "notebook_status": result.status, "notebook_message": notebook_message(result),
+                  "sandbox": result.sandbox}
+        items = items_of(result)
+        if not items:
+            rows.append({**common, "status": result.status, "message": _one_line(result.summary)})
+        for item in items:
+            rows.append({**common, "item": item.item, "kind": item.kind,
+                         "score": "" if item.score is None else _points(item.score),
+                         "max_score": _points(item.max_score), "status": item.status,
                          "provisional": "provisional (CPU run; the GPU judge decides)" if item.provisional else "",
-                         "measured": item.measured, "threshold": item.threshold, "notebook_status": result.status,
-                         "sandbox": result.sandbox,
-                         "message": " | ".join(item.message.splitlines())[:600]})
+                         "measured": item.measured, "threshold": item.threshold, "message": _one_line(item.message)})
     return rows
+
+
+def _by_student(all_results: list[NotebookResult]) -> dict[str, list[NotebookResult]]:
+    grouped: dict[str, list[NotebookResult]] = defaultdict(list)
+    for result in _order(all_results):
+        grouped[result.student_id].append(result)
+    return grouped
 
 
 def student_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
-    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    notebooks: dict[str, list[str]] = defaultdict(list)
-    problems: dict[str, list[str]] = defaultdict(list)
-    sandboxes: dict[str, set[str]] = defaultdict(set)
-    for result in all_results:
-        sandboxes[result.student].add(result.sandbox or "unknown")
-        notebooks[result.student].append(f"{result.assignment}/{result.notebook}")
-        if result.status != results.OK:
-            problems[result.student].append(f"{result.assignment}/{result.notebook}: {result.status}")
-        for item in items_of(result):
-            total = totals[result.student]
-            prefix = "correctness" if item.kind == results.CORRECTNESS else "performance"
-            total[f"{prefix}_max"] += item.max_score
-            if item.score is None:
-                total["performance_pending"] += item.max_score
-            else:
-                total[f"{prefix}_score"] += item.score
-            if item.provisional:
-                total["provisional"] += item.score or 0.0
     rows = []
-    for student in sorted(totals):
-        t = totals[student]
-        rows.append({
-            "student_id": student,
-            "score": f"{t['correctness_score'] + t['performance_score']:g}",
-            "max_score": f"{t['correctness_max'] + t['performance_max']:g}",
-            "correctness_score": f"{t['correctness_score']:g}", "correctness_max": f"{t['correctness_max']:g}",
-            "performance_score": f"{t['performance_score']:g}", "performance_max": f"{t['performance_max']:g}",
-            "performance_pending": f"{t['performance_pending']:g}", "provisional_points": f"{t['provisional']:g}",
-            "notebooks": ";".join(notebooks[student]), "problems": ";".join(problems[student]),
-            "sandbox": ";".join(sorted(sandboxes[student])),
-        })
+    for student_id, mine in _by_student(all_results).items():
+        t: dict[str, float] = defaultdict(float)
+        for result in mine:
+            for item in items_of(result):
+                kind = "correctness" if item.kind == results.CORRECTNESS else "performance"
+                if item.score is None:
+                    t[f"{kind}_pending"] += item.max_score
+                else:
+                    t[f"{kind}_earned"] += item.score
+                    t[f"{kind}_graded_max"] += item.max_score
+                if item.provisional:
+                    t["provisional"] += item.score or 0.0
+        row: dict[str, object] = {"student": mine[0].student, "student_id": student_id}
+        for what in ("earned", "graded_max", "pending"):
+            row[what] = _points(t[f"correctness_{what}"] + t[f"performance_{what}"])
+            for kind in ("correctness", "performance"):
+                row[f"{kind}_{what}"] = _points(t[f"{kind}_{what}"])
+        row["max_score"] = _points(sum(t[f"{k}_{w}"] for k in ("correctness", "performance")
+                                       for w in ("graded_max", "pending")))
+        row["provisional_points"] = _points(t["provisional"])
+        row["notebooks"] = "; ".join(f"{r.assignment}/{r.notebook}: {r.status}" for r in mine)
+        row["not_graded_normally"] = sum(not r.graded_normally for r in mine)
+        row["messages"] = " || ".join(f"{r.assignment}/{r.notebook}: {notebook_message(r)}"
+                                      for r in mine if notebook_message(r))
+        row["sandbox"] = ";".join(sorted({r.sandbox or "unknown" for r in mine}))
+        rows.append(row)
     return rows
 
 
-def export(all_results: list[NotebookResult], out: Path) -> tuple[Path, Path]:
-    grades, students = out / "grades.csv", out / "students.csv"
-    _write_csv(grades, ITEM_COLUMNS, item_rows(all_results))
-    _write_csv(students, STUDENT_COLUMNS, student_rows(all_results))
-    return grades, students
+def wide_columns(all_results: list[NotebookResult]) -> tuple[str, ...]:
+    keys = sorted({f"{r.assignment}/{r.notebook}" for r in all_results})
+    return ("student", "student_id", *keys, "total")
+
+
+def wide_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
+    """One row per student, one column per notebook: the points earned (pending points count 0 until decided;
+    a notebook not graded normally counts what it earned, usually 0: students.csv says why)."""
+    rows = []
+    for student_id, mine in _by_student(all_results).items():
+        row: dict[str, object] = {"student": mine[0].student, "student_id": student_id}
+        total = 0.0
+        for result in mine:
+            earned = sum(item.score or 0.0 for item in items_of(result))
+            row[f"{result.assignment}/{result.notebook}"] = _points(earned)
+            total += earned
+        row["total"] = _points(total)
+        rows.append(row)
+    return rows
+
+
+def write_nbgrader_config(out: Path) -> Path:
+    """Make a stock `nbgrader export`, run in OUT, read this gradebook and leave grades.csv alone."""
+    path = out / NBGRADER_CONFIG
+    path.write_text(
+        "# Written by the course grader. `nbgrader export`, run in this folder, reads gradebook.db here and\n"
+        f"# writes {NBGRADER_CSV} (the grader's own {GRADES_CSV} is one row per graded item: never overwritten).\n"
+        "c = get_config()  # noqa: F821\n"
+        'c.CourseDirectory.db_url = "sqlite:///gradebook.db"\n'
+        f'c.CsvExportPlugin.to = "{NBGRADER_CSV}"\n', encoding="utf-8")
+    return path
+
+
+def export(all_results: list[NotebookResult], out: Path) -> Exported:
+    written = Exported(out / GRADES_CSV, out / STUDENTS_CSV, out / WIDE_CSV, out / NBGRADER_CONFIG)
+    _write_csv(written.grades, ITEM_COLUMNS, item_rows(all_results))
+    _write_csv(written.students, STUDENT_COLUMNS, student_rows(all_results))
+    _write_csv(written.wide, wide_columns(all_results), wide_rows(all_results))
+    write_nbgrader_config(out)
+    return written

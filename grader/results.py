@@ -11,14 +11,17 @@ from typing import Any
 
 # Notebook statuses. Only OK means the notebook ran to its end; the others are reported, never raised.
 OK = "ok"
-TIMEOUT = "timeout"
-KERNEL_DIED = "kernel_died"
+TIMEOUT = "timeout"  # a cell, or the whole notebook, ran past its time limit (see stopped_at)
+KERNEL_DIED = "kernel_died"  # the Jupyter kernel died: a crash (segfault, os._exit) or out of memory
 CUDA_ERROR = "cuda_error"
-CORRUPT = "corrupt"
-MISSING = "missing"
+CORRUPT = "corrupt"  # the file is not a readable notebook (or is a link, or too large)
+MISSING = "missing"  # nothing was submitted for this notebook; ``found`` says what the folder holds
+AMBIGUOUS = "ambiguous"  # several notebooks could be this one and none is named as expected: none was graded
 GRADER_ERROR = "grader_error"
 MEMORY = "memory"
 OUTPUT_LIMIT = "output_limit"
+# A notebook with one of these was found but not graded normally (its points are 0 or incomplete).
+NOT_GRADED_NORMALLY = (TIMEOUT, KERNEL_DIED, CUDA_ERROR, CORRUPT, AMBIGUOUS, GRADER_ERROR, MEMORY, OUTPUT_LIMIT)
 
 # Item statuses.
 PASSED, FAILED, PARTIAL, PENDING, NOT_RUN = "passed", "failed", "partial", "pending", "not_run"
@@ -41,7 +44,7 @@ class ItemResult:
 
 @dataclass
 class NotebookResult:
-    student: str
+    student: str  # the student's folder name exactly as given: what every report shows
     assignment: str
     notebook: str
     status: str
@@ -57,6 +60,37 @@ class NotebookResult:
     code: list[dict[str, str]] = field(default_factory=list)  # the student's answer cells
     sandbox: str = ""  # how the student's code was isolated ("bubblewrap", or why it was not)
     run_seed: int | None = None  # the grading run's secret seed: with it, a TA can reproduce the grade
+    # The student's safe id: the gradebook's student id and the folder under OUT (results/, runs/,
+    # feedback/). The same as ``student`` unless the folder name has spaces, accents or a leading "-".
+    student_id: str = ""
+    submitted_file: str = ""  # the file graded, relative to the student's folder ("" when none was)
+    # How the file was found when it was not <assignment>/<notebook>.ipynb ("graded week1/day7.ipynb: ..."),
+    # or, for a missing or ambiguous notebook, what the student's folder holds instead. "" otherwise.
+    found: str = ""
+    # For a run that did not finish (timeout, dead kernel, memory, output, CUDA error): the cell it
+    # stopped in, by grade id or by number and first line; and the end of that cell's traceback or
+    # output (or of the run's log), cleaned of terminal colour codes and at most 40 lines.
+    stopped_at: str = ""
+    failure_tail: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.student_id:
+            self.student_id = self.student
+
+    @property
+    def graded_normally(self) -> bool:
+        """False when a notebook was found but could not be graded normally (missing is not counted)."""
+        return self.status not in NOT_GRADED_NORMALLY
+
+    @property
+    def summary(self) -> str:
+        """One line for CSVs and consoles: the status's message, where the run stopped, and how the file was found."""
+        parts = [self.message.strip()] if self.message.strip() else []
+        if self.stopped_at and self.stopped_at not in self.message:
+            parts.append(f"stopped in {self.stopped_at}")
+        if self.found and self.found not in self.message:
+            parts.append(self.found)
+        return "; ".join(parts)
 
     @property
     def score(self) -> float:
