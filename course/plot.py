@@ -57,3 +57,104 @@ def to_png(fig: Figure) -> bytes:
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
     return buffer.getvalue()
+
+
+# Class-level plots for the TA's overview page (grader/overview.py). Each takes plain numbers, so the
+# notebooks' own plots and the grader's share one style; none needs a display.
+
+def _bar_height(rows: int, per_row: float = 0.32, minimum: float = 2.2, maximum: float = 40.0) -> float:
+    return min(max(minimum, 1.0 + per_row * rows), maximum)
+
+
+def score_distribution(fractions: Mapping[str, Sequence[float]], title: str = "Scores per notebook") -> Figure:
+    """Per notebook (one row each), every student's share of the points as a dot, over a box plot.
+
+    ``fractions`` maps a notebook's name to its students' scores as fractions of the maximum (0 to 1).
+    Dots are spread vertically by a fixed sequence (no randomness: the same grades draw the same picture).
+    """
+    names = list(fractions)
+    if not names:
+        raise ValueError("no notebooks to plot")
+    fig, ax = plt.subplots(figsize=(7, _bar_height(len(names), per_row=0.55)))
+    data = [[100.0 * v for v in fractions[name]] for name in names]
+    positions = list(range(len(names), 0, -1))
+    ax.boxplot([d if d else [float("nan")] for d in data], positions=positions, orientation="horizontal",
+               widths=0.55, showfliers=False, patch_artist=True,
+               boxprops={"facecolor": "#dde8f6", "edgecolor": "#4a6f9c"},
+               medianprops={"color": "#1f3b5c", "linewidth": 2})
+    for position, values in zip(positions, data, strict=True):
+        offsets = [((i * 0.6180339887) % 1.0 - 0.5) * 0.5 for i in range(len(values))]
+        ax.scatter(values, [position + o for o in offsets], s=14, color="#c2521b", alpha=0.75, zorder=3,
+                   linewidths=0)
+    ax.set_yticks(positions, [f"{name}  (n={len(d)})" for name, d in zip(names, data, strict=True)], fontsize=8)
+    ax.set_xlim(-3, 103)
+    ax.set_xlabel("score (% of the notebook's points)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def pass_rates(labels: Sequence[str], rates: Sequence[float], counts: Sequence[str] = (),
+               provisional: Sequence[bool] = (), title: str = "Pass rate per test item") -> Figure:
+    """One horizontal bar per graded item: the share of students with full marks on it (0 to 1).
+
+    ``counts`` (e.g. "12/40") is written at the end of each bar; an item flagged in ``provisional``
+    (decided on a CPU, the GPU judge decides) is hatched and its label says so.
+    """
+    if len(rates) != len(labels):
+        raise ValueError(f"{len(rates)} rates for {len(labels)} items")
+    if not labels:
+        raise ValueError("no items to plot")
+    counts = list(counts) or [""] * len(labels)
+    provisional = list(provisional) or [False] * len(labels)
+    fig, ax = plt.subplots(figsize=(7, _bar_height(len(labels))))
+    positions = list(range(len(labels), 0, -1))
+    for position, rate, flag, count in zip(positions, rates, provisional, counts, strict=True):
+        ax.barh([position], [100.0 * rate], height=0.7, color="#8fb3de" if flag else "#3f7fbf",
+                hatch="//" if flag else None, edgecolor="#2c5a8a", linewidth=0.6)
+        ax.text(min(100.0 * rate, 100.0) + 1.0, position, count, va="center", fontsize=7)
+    ax.set_yticks(positions, [f"{label} (provisional)" if flag else label
+                              for label, flag in zip(labels, provisional, strict=True)], fontsize=8)
+    ax.set_xlim(0, 112)
+    ax.set_xlabel("students with full marks (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def class_performance(students: Sequence[str], values: Sequence[float], lines: Mapping[str, float],
+                      title: str, xlabel: str = "fraction of cuBLAS (geometric mean over the benchmark shapes)",
+                      label_limit: int = 40) -> Figure:
+    """Each student's performance as a horizontal bar, best first, with vertical lines for the references.
+
+    ``lines`` maps a name (e.g. "reference solution", "cuBLAS") to its value on the same axis. With more
+    than ``label_limit`` students the bars are numbered by rank instead of named.
+    """
+    if len(values) != len(students):
+        raise ValueError(f"{len(values)} values for {len(students)} students")
+    if not students:
+        raise ValueError("no students to plot")
+    order = sorted(range(len(values)), key=lambda i: -values[i])
+    fig, ax = plt.subplots(figsize=(7, _bar_height(min(len(order), label_limit + 10), per_row=0.28)))
+    positions = list(range(len(order), 0, -1))
+    ax.barh(positions, [values[i] for i in order], height=0.75 if len(order) <= label_limit else 1.0,
+            color="#3f7fbf")
+    if len(order) <= label_limit:
+        ax.set_yticks(positions, [students[i] for i in order], fontsize=8)
+    else:
+        ax.set_ylabel(f"{len(order)} students, best first")
+        ax.set_yticks([])
+    styles = ["--", ":", "-."]
+    for number, (name, value) in enumerate(lines.items()):
+        ax.axvline(value, color=f"C{number + 1}", linestyle=styles[number % len(styles)], linewidth=1.6,
+                   label=f"{name}: {value:.2f}")
+    ax.set_xlim(0, max([*values, *lines.values(), 0.1]) * 1.08)
+    ax.set_xlabel(xlabel, fontsize=9)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    if lines:
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig

@@ -1,58 +1,179 @@
-"""Feedback pages: one HTML page per student and notebook, and an index for the TA."""
+"""Feedback pages: one HTML page per student and notebook, and the class overview (index) for the TA.
+
+Pages are static and self-contained: styles and plots (PNG) are inline, nothing is fetched from the
+network. Everything a student wrote or printed is escaped (jinja's autoescape; the code goes through
+nbconvert's own highlighting, which escapes it with Pygments).
+"""
 
 from __future__ import annotations
 
-import base64
+import hashlib
+import json
+import os
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import jinja2
+from markupsafe import Markup
+from nbconvert.filters.highlight import Highlight2HTML
+from pygments.formatters import HtmlFormatter
 
-from course.plot import gflops_vs_size, to_png
+from course.plot import gflops_vs_size
+from grader import overview, results
 from grader.export import items_of
-from grader.results import NotebookResult
+from grader.results import ItemResult, NotebookResult
 
 _templates = jinja2.Environment(loader=jinja2.PackageLoader("grader", "templates"),
-                                autoescape=jinja2.select_autoescape(["html"]))
+                                autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
+_highlight = Highlight2HTML(pygments_lexer="ipython3")
+CODE_CSS = HtmlFormatter(style="default").get_style_defs(".highlight")
+_PLOT_VERSION = 1  # part of the plot cache's key: raise it when the plots change
 
 
-def _plots(result: NotebookResult) -> list[str]:
+def plots(perf_rows: list[dict[str, Any]], device: str) -> list[str]:
+    """One GFLOP/s plot (base64 PNG) per exercise: the student's kernel, the reference solution and cuBLAS."""
     by_spec: dict[str, list[dict]] = defaultdict(list)
-    for row in result.perf_rows:
+    for row in perf_rows:
         by_spec[row["spec"]].append(row)
     pngs = []
     for spec_id, rows in sorted(by_spec.items()):
         labels = ["×".join(str(n) for n in row["shape"]) for row in rows]
         series = {"yours": [row["student_gflops"] for row in rows],
-                  "reference": [row["reference_gflops"] for row in rows],
-                  "library": [row["baseline_gflops"] for row in rows]}
-        figure = gflops_vs_size(series, labels, f"{spec_id} on {result.device}")
-        pngs.append(base64.b64encode(to_png(figure)).decode("ascii"))
+                  "reference solution": [row["reference_gflops"] for row in rows],
+                  "cuBLAS (library)": [row["baseline_gflops"] for row in rows]}
+        figure = gflops_vs_size(series, labels, f"{spec_id} on {device}")
+        pngs.append(overview.png(figure))
     return pngs
 
 
+def _cached_plots(result: NotebookResult, cache: Path) -> list[str]:
+    """``plots`` through a cache in OUT: matplotlib takes about 0.15 s a plot, and every grading run rewrites
+    every page, so a class of thousands of notebooks measured on a GPU would otherwise redraw them all."""
+    key = hashlib.sha256(json.dumps([_PLOT_VERSION, result.perf_rows, result.device], sort_keys=True,
+                                    default=str).encode()).hexdigest()
+    path = cache / f"{key}.json"
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(found, list) and all(isinstance(png, str) for png in found):
+            return found
+    except (OSError, ValueError):
+        pass
+    drawn = plots(result.perf_rows, result.device)
+    cache.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(drawn), encoding="utf-8")
+    os.replace(temporary, path)
+    return drawn
+
+
+def _perf_table(result: NotebookResult) -> list[dict[str, Any]]:
+    rows = []
+    for row in result.perf_rows:
+        student, baseline, reference = (float(row.get(k) or 0.0) for k in
+                                        ("student_gflops", "baseline_gflops", "reference_gflops"))
+        rows.append({"spec": row.get("spec", ""), "shape": "×".join(str(n) for n in row.get("shape", [])),
+                     "student": student, "reference": reference, "baseline": baseline,
+                     "vs_baseline": student / baseline if baseline else None,
+                     "vs_reference": student / reference if reference else None, "error": row.get("error") or ""})
+    return rows
+
+
+def _performance_state(result: NotebookResult, items: list[ItemResult]) -> tuple[str, str]:
+    """("measured" | "pending" | "absent" | "none", why) for the page's performance section."""
+    perf = [i for i in items if i.kind == results.PERFORMANCE]
+    if result.perf_rows:
+        return "measured", ""
+    if any(i.status == results.PENDING for i in perf):
+        return "pending", next(i.message for i in perf if i.status == results.PENDING)
+    if perf:
+        return "absent", next((i.message for i in perf if i.message), "the judge did not measure this notebook")
+    return "none", ""
+
+
+def highlight(source: str) -> Markup:
+    """The code as nbconvert highlights it (Pygments, IPython lexer): every character of it escaped."""
+    return Markup(_highlight(source))
+
+
+def student_id(result: NotebookResult) -> str:
+    return getattr(result, "student_id", "") or result.student
+
+
 def page_path(out: Path, result: NotebookResult) -> Path:
-    return out / "feedback" / result.student / f"{result.assignment}-{result.notebook}.html"
+    return out / "feedback" / student_id(result) / f"{result.assignment}-{result.notebook}.html"
+
+
+def _totals(items: list[ItemResult]) -> dict[str, float]:
+    return {"earned": sum(i.score or 0.0 for i in items),
+            "graded_max": sum(i.max_score for i in items if i.score is not None),
+            "pending": sum(i.max_score for i in items if i.score is None),
+            "max_score": sum(i.max_score for i in items),
+            "provisional_points": sum(i.max_score for i in items if i.provisional)}
+
+
+def _failure(result: NotebookResult) -> dict[str, str] | None:
+    """Where a notebook that did not finish stopped, and the end of its traceback (fields another grader
+    version may not have: absent ones are left out)."""
+    if result.status == results.OK:
+        return None
+    stopped_at = getattr(result, "stopped_at", "") or ""
+    message = result.message.replace(f"; it stopped in {stopped_at}", "") if stopped_at else result.message
+    return {"status": result.status, "label": overview.STATUS_LABELS.get(result.status, result.status),
+            "message": message, "stopped_at": stopped_at,
+            "failure_tail": getattr(result, "failure_tail", "") or "", "found": getattr(result, "found", "") or ""}
+
+
+def render_page(result: NotebookResult, index_href: str = "../../index.html", pngs: list[str] | None = None) -> str:
+    """The student's page; ``pngs``: its performance plots, when already drawn."""
+    items = items_of(result)
+    state, why = _performance_state(result, items)
+    if state == "measured" and pngs is None:
+        pngs = plots(result.perf_rows, result.device)
+    return _templates.get_template("feedback.html").render(
+        r=result, student=overview.student_label(result), items=items, totals=_totals(items),
+        provisional=[i for i in items if i.provisional], failure=_failure(result),
+        submitted_file=getattr(result, "submitted_file", "") or "", found=getattr(result, "found", "") or "",
+        perf_state=state, perf_why=why, perf_rows=_perf_table(result), plots=pngs if state == "measured" else [],
+        code=[{"id": c.get("id", ""), "html": highlight(c.get("source", ""))} for c in result.code],
+        code_css=Markup(CODE_CSS), index_href=index_href, sandboxed=result.sandbox == "bubblewrap")
+
+
+def _csv_links(out: Path) -> list[dict[str, str]]:
+    from grader import export
+
+    files = [(getattr(export, "GRADES_CSV", "grades.csv"), "one row per graded item"),
+             (getattr(export, "STUDENTS_CSV", "students.csv"), "one row per student"),
+             (getattr(export, "WIDE_CSV", ""), "one row per student, one column per notebook"),
+             ("gradebook.db", "nbgrader's gradebook")]
+    return [{"name": name, "what": what} for name, what in files if name and (out / name).exists()]
 
 
 def write_pages(all_results: list[NotebookResult], out: Path) -> Path:
-    """Write every feedback page and the index; returns the index's path."""
-    page = _templates.get_template("feedback.html")
+    """Write every feedback page and the index (the class overview); returns the index's path."""
     rows = []
+    index = out / "index.html"
+
+    def link(result: NotebookResult) -> str:
+        return quote(Path(os.path.relpath(page_path(out, result), out)).as_posix())
+
+    cache = out / "feedback" / ".plot-cache"
     for result in all_results:
-        items = items_of(result)
-        score = sum(i.score or 0.0 for i in items)
-        max_score = sum(i.max_score for i in items)
-        pending = sum(i.max_score for i in items if i.score is None)
         path = page_path(out, result)
         path.parent.mkdir(parents=True, exist_ok=True)
-        html = page.render(r=result, items=items, score=score, max_score=max_score, pending=pending,
-                           plots=_plots(result))
-        path.write_text(html, encoding="utf-8")
-        rows.append({"student": result.student, "notebook": f"{result.assignment}/{result.notebook}",
-                     "status": result.status, "score": score, "max_score": max_score, "pending": pending,
-                     "device": result.device, "sandbox": result.sandbox or "unknown",
-                     "link": str(path.relative_to(out))})
-    index = out / "index.html"
-    index.write_text(_templates.get_template("index.html").render(rows=rows), encoding="utf-8")
+        index_href = Path(os.path.relpath(index, path.parent)).as_posix()
+        pngs = _cached_plots(result, cache) if result.perf_rows else []
+        path.write_text(render_page(result, index_href, pngs), encoding="utf-8")
+        items = items_of(result)
+        perf = [i for i in items if i.kind == results.PERFORMANCE and i.measured]
+        rows.append({"student": overview.student_label(result), "notebook": overview.notebook_key(result),
+                     "status": result.status, **_totals(items), "device": result.device,
+                     "sandbox": result.sandbox or "unknown", "link": link(result),
+                     "measured": "; ".join(i.measured for i in perf),
+                     "provisional": any(i.provisional for i in items)})
+    rows.sort(key=lambda row: (row["student"].casefold(), row["notebook"]))
+    view = overview.build(all_results, link)
+    index.write_text(_templates.get_template("index.html").render(rows=rows, o=view, files=_csv_links(out)),
+                     encoding="utf-8")
     return index

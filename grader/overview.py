@@ -1,0 +1,315 @@
+"""The class at a glance, for the TA's index page: statuses, scores, pass rates and performance.
+
+Everything here is computed from the stored results (nothing is re-measured) and drawn as inline PNGs
+(``course.plot``), so the index stays one static file with no network access.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from course.plot import class_performance, pass_rates, score_distribution, to_png
+from grader import results
+from grader.export import items_of
+from grader.results import ItemResult, NotebookResult
+
+# Every notebook status the grader knows, in the order the overview lists them (those another version
+# of results.py lacks are skipped; a status seen in the results but not listed here comes last).
+_STATUS_NAMES = ("OK", "MISSING", "TIMEOUT", "KERNEL_DIED", "CUDA_ERROR", "MEMORY", "OUTPUT_LIMIT", "CORRUPT",
+                 "AMBIGUOUS", "GRADER_ERROR")
+KNOWN_STATUSES = tuple(getattr(results, name) for name in _STATUS_NAMES if hasattr(results, name))
+STATUS_LABELS = {
+    "ok": "ok (ran to its end)", "missing": "missing (nothing submitted)", "timeout": "timeout",
+    "kernel_died": "kernel died", "cuda_error": "CUDA error", "memory": "memory limit", "output_limit": "output limit",
+    "corrupt": "corrupt file", "ambiguous": "ambiguous (several candidate files)", "grader_error": "grader error",
+}
+
+
+def png(figure: Any) -> str:
+    """A matplotlib figure as base64 PNG, for ``<img src="data:image/png;base64,...">``."""
+    return base64.b64encode(to_png(figure)).decode("ascii")
+
+
+def notebook_key(result: NotebookResult) -> str:
+    return f"{result.assignment}/{result.notebook}"
+
+
+def student_label(result: NotebookResult) -> str:
+    """The student's name as given, with the safe id when it differs (another grader version may lack it)."""
+    student_id = getattr(result, "student_id", "") or result.student
+    return result.student if student_id == result.student else f"{result.student} ({student_id})"
+
+
+def geometric_mean(values: list[float]) -> float:
+    """As the scorer counts a level: 0 when any value is not positive."""
+    if not values or any(v <= 0 or math.isnan(v) for v in values):
+        return 0.0
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+@dataclass
+class Link:
+    label: str
+    href: str
+    note: str = ""
+
+
+@dataclass
+class StatusCount:
+    status: str
+    label: str
+    count: int
+    notebooks: list[Link]
+
+    @property
+    def problem(self) -> bool:
+        return self.status != results.OK
+
+
+@dataclass
+class ItemRate:
+    """How the class did on one graded item of one notebook."""
+
+    item: str
+    kind: str
+    max_score: float
+    counts: Counter = field(default_factory=Counter)  # item status -> students
+    provisional: int = 0  # students whose verdict on it is provisional (CPU run)
+    points: float = 0.0  # points earned by the class on it
+
+    @property
+    def decided(self) -> int:
+        return sum(n for status, n in self.counts.items() if status != results.PENDING)
+
+    @property
+    def pending(self) -> int:
+        return self.counts.get(results.PENDING, 0)
+
+    @property
+    def passed(self) -> int:
+        return self.counts.get(results.PASSED, 0)
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.decided if self.decided else None
+
+    @property
+    def mean_points(self) -> float | None:
+        return self.points / self.decided if self.decided else None
+
+
+@dataclass
+class NotebookView:
+    key: str
+    submissions: int
+    max_score: float
+    fractions: list[float]  # each student's earned share of the notebook's points
+    items: list[ItemRate]
+    pending_points: float  # the notebook's points not decided yet (per student, the most seen)
+    plot: str = ""  # pass rates, base64 PNG
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.fractions) if self.fractions else None
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.fractions) if self.fractions else None
+
+
+@dataclass
+class StudentPerformance:
+    student: str
+    href: str
+    vs_baseline: float  # geometric mean over the shapes of student / library GFLOP/s
+    vs_reference: float
+    gflops: float  # geometric mean of the student's GFLOP/s
+    counts: bool  # the kernel passed its correctness checks, so its performance is scored
+    timed: bool  # the judge timed it on at least one shape (not: it could not be replayed, or crashed)
+    note: str = ""  # why a shape was not timed (the first such reason)
+
+
+@dataclass
+class PerformanceView:
+    notebook: str
+    spec: str
+    devices: list[str]
+    students: list[StudentPerformance]
+    reference_vs_baseline: float | None  # the reference solution's fraction of the library, median over runs
+    reference_gflops: float | None
+    baseline_gflops: float | None
+    plot: str = ""
+
+    @property
+    def scored(self) -> list[StudentPerformance]:
+        return [s for s in self.students if s.counts]
+
+    @property
+    def unscored(self) -> list[StudentPerformance]:
+        """Timed, but the kernel fails its correctness checks: its speed does not count."""
+        return [s for s in self.students if s.timed and not s.counts]
+
+    @property
+    def untimed(self) -> list[StudentPerformance]:
+        return [s for s in self.students if not s.timed and not s.counts]
+
+    @property
+    def median_vs_baseline(self) -> float | None:
+        scored = self.scored
+        return statistics.median(s.vs_baseline for s in scored) if scored else None
+
+
+@dataclass
+class Overview:
+    total: int
+    students: int
+    statuses: list[StatusCount]
+    notebooks: list[NotebookView]
+    performance: list[PerformanceView]
+    performance_pending: list[Link]  # notebooks whose performance waits for a GPU run
+    pending_points: float  # over the class
+    provisional_notebooks: int  # notebooks with at least one provisional verdict
+    devices: list[str]
+    sandboxes: Counter
+    score_plot: str = ""
+
+    @property
+    def problems(self) -> int:
+        return sum(s.count for s in self.statuses if s.problem)
+
+    @property
+    def unsandboxed(self) -> int:
+        return sum(n for name, n in self.sandboxes.items() if name != "bubblewrap")
+
+
+def _statuses(all_results: list[NotebookResult], link: Callable[[NotebookResult], str]) -> list[StatusCount]:
+    by_status: dict[str, list[NotebookResult]] = defaultdict(list)
+    for result in all_results:
+        by_status[result.status].append(result)
+    order = list(KNOWN_STATUSES) + sorted(set(by_status) - set(KNOWN_STATUSES))
+    counts = []
+    for status in order:
+        mine = by_status.get(status, [])
+        links = [Link(f"{student_label(r)}: {notebook_key(r)}", link(r), _short(_summary(r))) for r in mine]
+        counts.append(StatusCount(status, STATUS_LABELS.get(status, status), len(mine), links))
+    return counts
+
+
+def _summary(result: NotebookResult) -> str:
+    summary = getattr(result, "summary", None)
+    return summary if isinstance(summary, str) else result.message
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _item_rates(mine: list[NotebookResult]) -> list[ItemRate]:
+    rates: dict[str, ItemRate] = {}
+    for result in mine:
+        for item in items_of(result):
+            rate = rates.setdefault(item.item, ItemRate(item.item, item.kind, item.max_score))
+            rate.counts[item.status] += 1
+            rate.provisional += bool(item.provisional)
+            rate.points += item.score or 0.0
+    return list(rates.values())
+
+
+def _pass_rate_plot(key: str, rates: list[ItemRate]) -> str:
+    shown = [r for r in rates if r.rate is not None]
+    if not shown:
+        return ""
+    figure = pass_rates([r.item for r in shown], [r.rate for r in shown],
+                        [f"{r.passed}/{r.decided}" for r in shown], [r.provisional > 0 for r in shown],
+                        title=f"{key}: students with full marks, per graded item")
+    return png(figure)
+
+
+def _performance(all_results: list[NotebookResult], link: Callable[[NotebookResult], str]) -> list[PerformanceView]:
+    grouped: dict[tuple[str, str], list[tuple[NotebookResult, list[dict[str, Any]]]]] = defaultdict(list)
+    for result in all_results:
+        by_spec: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in result.perf_rows:
+            by_spec[str(row.get("spec", "?"))].append(row)
+        for spec, rows in by_spec.items():
+            grouped[(notebook_key(result), spec)].append((result, rows))
+    views = []
+    for (key, spec), entries in sorted(grouped.items()):
+        students, reference_fractions, reference_gflops, baseline_gflops = [], [], [], []
+        for result, rows in entries:
+            student = [float(r.get("student_gflops") or 0.0) for r in rows]
+            baseline = [float(r.get("baseline_gflops") or 0.0) for r in rows]
+            reference = [float(r.get("reference_gflops") or 0.0) for r in rows]
+            vs_baseline = geometric_mean([s / b if b else 0.0 for s, b in zip(student, baseline, strict=True)])
+            vs_reference = geometric_mean([s / r if r else 0.0 for s, r in zip(student, reference, strict=True)])
+            if all(reference) and all(baseline):
+                reference_fractions.append(geometric_mean([r / b for r, b in zip(reference, baseline, strict=True)]))
+                reference_gflops.append(geometric_mean(reference))
+            if all(baseline):
+                baseline_gflops.append(geometric_mean(baseline))
+            counts = any(i.kind == results.PERFORMANCE and i.measured for i in result.items)
+            note = next((str(r["error"]) for r in rows if r.get("error")), "")
+            students.append(StudentPerformance(student_label(result), link(result), vs_baseline, vs_reference,
+                                               geometric_mean(student), counts, any(v > 0 for v in student),
+                                               _short(note, 140)))
+        view = PerformanceView(
+            key, spec, sorted({r.device for r, _ in entries}), students,
+            statistics.median(reference_fractions) if reference_fractions else None,
+            statistics.median(reference_gflops) if reference_gflops else None,
+            statistics.median(baseline_gflops) if baseline_gflops else None)
+        lines = {"cuBLAS (library)": 1.0}
+        if view.reference_vs_baseline:
+            lines = {"reference solution": view.reference_vs_baseline, **lines}
+        scored = [s for s in students if s.counts]
+        title = (f"{spec}: each kernel that passes the correctness checks" if scored else
+                 f"{spec}: every timed kernel (none passes the correctness checks)")
+        shown = scored or students
+        figure = class_performance([s.student for s in shown], [s.vs_baseline for s in shown], lines, title=title)
+        view.plot = png(figure)
+        views.append(view)
+    return views
+
+
+def build(all_results: list[NotebookResult], link: Callable[[NotebookResult], str]) -> Overview:
+    """The overview of a class; ``link`` gives a result's feedback page, relative to the index."""
+    by_notebook: dict[str, list[NotebookResult]] = defaultdict(list)
+    for result in all_results:
+        by_notebook[notebook_key(result)].append(result)
+    notebooks, pending_total = [], 0.0
+    for key in sorted(by_notebook):
+        mine = by_notebook[key]
+        fractions, maximum, pending = [], 0.0, 0.0
+        for result in mine:
+            items: list[ItemResult] = items_of(result)
+            total = sum(i.max_score for i in items)
+            maximum = max(maximum, total)
+            waiting = sum(i.max_score for i in items if i.score is None)
+            pending, pending_total = max(pending, waiting), pending_total + waiting
+            fractions.append(sum(i.score or 0.0 for i in items) / total if total else 0.0)
+        rates = _item_rates(mine)
+        notebooks.append(NotebookView(key, len(mine), maximum, fractions, rates, pending,
+                                      _pass_rate_plot(key, rates)))
+    score_plot = ""
+    if notebooks:
+        score_plot = png(score_distribution({n.key: n.fractions for n in notebooks},
+                                            title="Each student's share of the points, per notebook"))
+    performance = _performance(all_results, link)
+    measured = {v.notebook for v in performance}
+    waiting = [Link(key, "#notebook-" + key.replace("/", "-")) for key in sorted(by_notebook)
+               if key not in measured and any(i.kind == results.PERFORMANCE and i.status == results.PENDING
+                                              for r in by_notebook[key] for i in items_of(r))]
+    return Overview(
+        total=len(all_results),
+        students=len({getattr(r, "student_id", "") or r.student for r in all_results}),
+        statuses=_statuses(all_results, link), notebooks=notebooks, performance=performance,
+        performance_pending=waiting, pending_points=pending_total,
+        provisional_notebooks=sum(any(i.provisional for i in r.items) for r in all_results),
+        devices=sorted({r.device for r in all_results if r.device}),
+        sandboxes=Counter(r.sandbox or "unknown" for r in all_results), score_plot=score_plot)
