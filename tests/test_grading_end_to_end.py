@@ -13,7 +13,7 @@ from grader.pipeline import Settings, grade, resolve_device
 from grader.release import student_version
 from tests.conftest import HAS_GPU
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
 
 

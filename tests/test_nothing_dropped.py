@@ -208,6 +208,7 @@ def batch(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 def test_every_folder_has_a_result_with_its_own_status(batch):
     _, out, expected, by, _ = batch
     assert {name: r.status for name, r in by.items()} == expected
@@ -220,6 +221,7 @@ def test_every_folder_has_a_result_with_its_own_status(batch):
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 def test_names_and_messages_say_what_happened(batch):
     _, _, _, by, notes = batch
     assert sum(i.score or 0 for i in by["john smith"].items) >= 5
@@ -239,6 +241,7 @@ def test_names_and_messages_say_what_happened(batch):
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 def test_every_submission_is_a_row_in_every_output(batch):
     from grader.export import export
     from grader.feedback import write_pages
@@ -265,6 +268,7 @@ def test_every_submission_is_a_row_in_every_output(batch):
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 def test_the_gradebook_has_every_student_under_a_safe_id(batch):
     _, out, expected, by, _ = batch
     with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
@@ -277,6 +281,7 @@ def test_the_gradebook_has_every_student_under_a_safe_id(batch):
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 def test_stock_nbgrader_export_in_out_leaves_grades_csv_alone(batch):
     _, out, expected, by, _ = batch
     from grader.export import export
@@ -290,6 +295,7 @@ def test_stock_nbgrader_export_in_out_leaves_grades_csv_alone(batch):
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 def test_the_cli_says_loudly_what_was_not_graded_and_exits_1(batch, capsys):
     root, out, expected, _, _ = batch
     argv = ["grade", str(root), "--out", str(out), "--device", "cpu", "--jobs", "2", "--cell-timeout", "20"]
