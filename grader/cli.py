@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from grader import GRADER_VERSION, release
-from grader.results import MISSING, NotebookResult
+from grader.results import MISSING, ItemResult, NotebookResult
 
 DEFAULT_OUT = Path("build/grades")
 
@@ -214,19 +214,51 @@ def cmd_check(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     for result in results_:
+        _without_hidden_material(result)
+    from grader.feedback import write_pages
+
+    index = write_pages(results_, out)
+    for result in results_:
         print(f"\n{result.assignment}/{result.notebook}: {result.status} {result.message}")
         if result.failure_tail:
             print("  the end of its output:\n    " + result.failure_tail.replace("\n", "\n    "))
         for item in result.items:
             score = "pending" if item.score is None else f"{item.score:g}/{item.max_score:g}"
-            print(f"  {item.item:<40}{score:>10}  {item.status}")
-            if item.message and item.status != "passed":
+            verdict = "not graded yet: still a stub" if _still_a_stub(item) else item.status
+            verdict += " (provisional)" if item.provisional else ""
+            print(f"  {item.item:<40}{score:>10}  {verdict}")
+            if item.message and item.status != "passed" and not _still_a_stub(item):
                 print("    " + item.message.replace("\n", "\n    "))
+        earned = sum(i.score or 0.0 for i in result.items)
+        decided = sum(i.max_score for i in result.items if i.score is not None)
+        pending = sum(i.max_score for i in result.items if i.score is None)
+        print(f"\ntotal: {earned:g} of {decided:g} points decided here; {pending:g} more pending a GPU run"
+              + ("; kernel verdicts on a CPU are provisional" if any(i.provisional for i in result.items) else ""))
+        print(f"feedback page, as the TA's but without hidden test messages: {index.parent / 'feedback'}")
     failed = [r for r in results_ if not r.graded_normally or r.status == MISSING]
     if failed:
         print(f"\nNOT GRADED NORMALLY: {failed[0].status}: {_line(failed[0].summary, 1000)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _without_hidden_material(result: NotebookResult) -> None:
+    """A student's own check shows what the hidden tests cover, not their messages (which can give answers away)."""
+    from grader.layout import find_course_notebook
+    from grader.release import hidden_test_notes, master_version
+
+    notebook = find_course_notebook(result.assignment, result.notebook)
+    hidden = hidden_test_notes(master_version(notebook)) if notebook else {}
+    for item in result.items:
+        if item.item in hidden and item.status != "passed" and not _still_a_stub(item):
+            item.message = f"did not pass the grader's hidden tests ({hidden[item.item]})"
+
+
+def _still_a_stub(item: ItemResult) -> bool:
+    """An item whose every message says the answer is still the released stub."""
+    lines = [line for line in item.message.splitlines() if line.strip()]
+    stub = ("NotImplementedError", "is not defined in your notebook")
+    return item.score == 0 and bool(lines) and all(any(s in line for s in stub) for line in lines)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

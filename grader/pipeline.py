@@ -243,7 +243,9 @@ def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
     env = dict(os.environ, TRITON_CACHE_DIR=str(cache), CUDA_VISIBLE_DEVICES=task.gpu or "0")
     try:
         with open(task.run / "judge.log", "wb") as judge_log:
-            subprocess.run([sys.executable, "-P", "-m", "grader.judge", str(path)], cwd=scratch, env=env,
+            # setpriv --pdeathsig: the judge dies with the grader, even when the grader is killed outright.
+            guard = [setpriv, "--pdeathsig", "KILL", "--"] if (setpriv := shutil.which("setpriv")) else []
+            subprocess.run([*guard, sys.executable, "-P", "-m", "grader.judge", str(path)], cwd=scratch, env=env,
                            timeout=task.settings.judge_timeout, stdout=judge_log, stderr=subprocess.STDOUT,
                            check=False)
     except subprocess.TimeoutExpired:

@@ -172,8 +172,7 @@ def _bwrap_command(argv: Sequence[str], scratch: Path, env: dict[str, str], hide
             for path in sorted(needed):
                 if mask in path.parents:
                     command += _parent_dirs(mask, path) + ["--ro-bind", str(path), str(path)]
-    for path in hide:
-        path = Path(path).resolve()
+    for path in sorted((Path(p).resolve() for p in hide), key=lambda p: len(p.parts)):
         if any(Path(top) == path or Path(top) in path.parents for top in read_only):
             continue  # already behind an empty mount (e.g. anything under /tmp)
         if path.is_dir():

@@ -312,3 +312,15 @@ def test_copy_out_takes_regular_files_and_never_follows_links(tmp_path):
     copy_out(written, tmp_path / "out")
     copied = sorted(p.relative_to(tmp_path / "out").as_posix() for p in (tmp_path / "out").rglob("*"))
     assert copied == ["arrays", "arrays/0.npy", "export.json"]
+
+
+@needs_bwrap
+def test_a_hidden_folder_inside_another_hidden_folder_is_fine(scratch, tmp_path):
+    # Outside /tmp (all of which the sandbox's fresh tmpfs hides anyway), as an OUT folder holding the class.
+    out = Path(__file__).resolve().parent.parent / "build" / f"hidden-{os.getpid()}"
+    (out / "submissions").mkdir(parents=True)
+    try:
+        result, log = _python(scratch, tmp_path / "log", "pass", hide=[out / "submissions", out])
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    assert result.status == "ok", (result.message, log)
