@@ -161,19 +161,25 @@ def _bwrap_command(argv: Sequence[str], scratch: Path, env: dict[str, str], hide
         for device in sorted(Path("/dev").glob("nvidia*")):
             command += ["--dev-bind", str(device), str(device)]
     read_only = ["/tmp"]
+    needed = _needed_paths(argv, env)
     if _as_root():
         # The sandbox user cannot enter a directory such as /root (mode 700) that holds the Python it
         # needs: cover that directory with an empty one and bind back only what is needed.
-        needed = _needed_paths(argv, env)
         masks = {mask for path in (*needed, scratch) if (mask := _closed_ancestor(path)) is not None}
         for mask in sorted(masks):
             command += ["--tmpfs", str(mask)]
             read_only.append(str(mask))
-            for path in sorted(needed):
-                if mask in path.parents:
-                    command += _parent_dirs(mask, path) + ["--ro-bind", str(path), str(path)]
+    # What the command needs under an empty mount (the Python and the course under /tmp, say, as in a
+    # CI checkout there) is bound back read-only; folders to hide inside it are hidden again below.
+    rebound: list[Path] = []
+    for top in [Path(p) for p in read_only]:
+        for path in sorted(needed):
+            if top in path.parents and not any(r == path or r in path.parents for r in rebound):
+                command += _parent_dirs(top, path) + ["--ro-bind", str(path), str(path)]
+                rebound.append(path)
     for path in sorted((Path(p).resolve() for p in hide), key=lambda p: len(p.parts)):
-        if any(Path(top) == path or Path(top) in path.parents for top in read_only):
+        covered = any(Path(top) == path or Path(top) in path.parents for top in read_only)
+        if covered and not any(r == path or r in path.parents for r in rebound):
             continue  # already behind an empty mount (e.g. anything under /tmp)
         if path.is_dir():
             command += ["--tmpfs", str(path)]
