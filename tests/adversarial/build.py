@@ -40,7 +40,8 @@ NOTEBOOK_KEY = "week1/day7_fast_matmul"
 ANSWER_CELLS = ("matmul_kernel", "answers")
 GPU_ONLY_MARK = "# gpu-only"
 
-_SECTION = re.compile(r"^# %% (\S+)[ \t]*$", re.MULTILINE)
+# "# %% matmul_kernel" starts a section; "# %% answers < honest_slow" takes that fixture's section as is.
+_SECTION = re.compile(r"^# %% (\S+)(?:[ \t]+<[ \t]+(\w+))?[ \t]*$", re.MULTILINE)
 _AFTER = "+after:"
 
 
@@ -79,6 +80,10 @@ def parse(path: Path) -> Fixture:
     ends = [m.start() for m in marks[1:]] + [len(text)]
     for mark, end in zip(marks, ends, strict=True):
         name, body = mark.group(1), text[mark.end():end].strip("\n") + "\n"
+        if mark.group(2):
+            if body.strip() or name not in ANSWER_CELLS:
+                raise ValueError(f"{path.name}: '# %% {name} < {mark.group(2)}' takes an answer cell and no body")
+            body = parse(FIXTURES / f"{mark.group(2)}.py").answers[name]
         if name == "transform":
             if fixture.transform is not None:
                 raise ValueError(f"{path.name}: two transform sections")
