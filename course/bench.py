@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from course import device, record
-from course.check import check_one
+from course.check import check_one, relative_error
 from course.guard import Guard, trusted
 from course.spec import ExerciseSpec, Shape, geometric_mean, get
 
@@ -209,18 +209,18 @@ def agreement_with_do_bench(n: int = 4096, rounds: int = 3) -> dict[str, float]:
 @dataclass
 class PerfRow:
     shape: Shape
-    flops: float
+    work: float  # FLOPs or bytes, as the spec's rate says
     student: Timing | None = None
     baseline: Timing | None = None
     error: str | None = None
 
     @property
     def student_gflops(self) -> float:
-        return gflops(self.flops, self.student.median_ms) if self.student and not self.error else 0.0
+        return gflops(self.work, self.student.median_ms) if self.student and not self.error else 0.0
 
     @property
     def baseline_gflops(self) -> float:
-        return gflops(self.flops, self.baseline.median_ms) if self.baseline else 0.0
+        return gflops(self.work, self.baseline.median_ms) if self.baseline else 0.0
 
     @property
     def vs_baseline(self) -> float:
@@ -250,8 +250,9 @@ class PerfReport:
         if not self.measured:
             return f"{self.spec_id}: {self.not_measured}"
         spec = get(self.spec_id)
+        unit, library = spec.rate_unit, spec.baseline_name
         lines = [f"{self.spec_id} on {self.device_name} (median of each; L2 flushed before every call)",
-                 f"{'shape':<26}{'yours ms':>10}{'GFLOP/s':>10}{'cuBLAS ms':>11}{'GFLOP/s':>10}{'ratio':>8}"]
+                 f"{'shape':<26}{'yours ms':>10}{unit:>10}{library + ' ms':>12}{unit:>10}{'ratio':>8}"]
         for row in self.rows:
             label = spec.shape_label(row.shape)
             if row.error:
@@ -259,10 +260,10 @@ class PerfReport:
                 continue
             lines.append(
                 f"{label:<26}{row.student.median_ms:>10.3f}{row.student_gflops:>10.0f}"
-                f"{row.baseline.median_ms:>11.3f}{row.baseline_gflops:>10.0f}{row.vs_baseline:>8.2f}"
+                f"{row.baseline.median_ms:>12.3f}{row.baseline_gflops:>10.0f}{row.vs_baseline:>8.2f}"
             )
-        lines.append(f"geometric mean: {self.geomean_gflops:.0f} GFLOP/s, "
-                     f"{self.geomean_vs_baseline:.2f} of cuBLAS")
+        lines.append(f"geometric mean: {self.geomean_gflops:.0f} {unit}, "
+                     f"{self.geomean_vs_baseline:.2f} of {library}")
         return "\n".join(lines)
 
 
@@ -273,8 +274,8 @@ def _time_student(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape) -> t
         return spec.make_inputs(shape, 50_000 + i, "cuda")
 
     def after(args: tuple, out: Any, i: int) -> None:
-        error = spec.spot_error(args, out) if spec.spot_error else None
-        if error is not None and not error <= spec.tolerance:
+        error = spec.spot_error(args, out) if spec.spot_error else relative_error(out, spec.reference(args))
+        if not error <= spec.tolerance:
             failures.append(f"timed call {i} returned a wrong result (relative error {error:.2e})")
 
     with Guard():
@@ -295,7 +296,7 @@ def measure(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
         return report
     for i, shape in enumerate(shapes or spec.bench_shapes.gpu):
         shape = tuple(shape)
-        row = PerfRow(shape, spec.flops(shape))
+        row = PerfRow(shape, spec.work(shape))
         # First call: compiles (timed as compile by the guard's probes) and is checked in full.
         first = check_one(spec, fn, shape, seed=40_000 + i)
         with record.timed_phase("benchmarks"):
@@ -307,7 +308,7 @@ def measure(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
                                       lambda j, s=shape: spec.make_inputs(s, 60_000 + j, "cuda"), warmup=1)
         report.rows.append(row)
         record.event(
-            "bench", spec=spec.id, measured=True, device=info.name, shape=list(shape), flops=row.flops,
+            "bench", spec=spec.id, measured=True, device=info.name, shape=list(shape), work=row.work,
             student_ms=row.student.median_ms if row.student else None,
             student_spread=row.student.spread if row.student else None,
             student_repeats=row.student.repeats if row.student else 0,

@@ -48,6 +48,14 @@ def encode_answer(value: Any, arrays: Path, name: str, depth: int = 0) -> dict[s
     return {"unsupported": f"{kind.__module__}.{kind.__qualname__}"}
 
 
+def _call_host(fn: Any, inputs: tuple[Any, ...], arrays: Path, name: str) -> dict[str, Any]:
+    """A host function's returned value, as data (no plan: its speed is not graded)."""
+    try:
+        return {"value": encode_answer(fn(*inputs), arrays, name)}
+    except Exception as error:  # a student's function may raise anything; the judge reports it
+        return {"error": f"the function raised {type(error).__name__}: {str(error)[:300]}"}
+
+
 def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, outputs: Path) -> dict[str, Any]:
     exercise = spec.get(job["spec"])
     fn = namespace.get(exercise.function)
@@ -58,6 +66,10 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
     for call in job["calls"]:
         shape, started = tuple(call["shape"]), time.perf_counter()
         inputs = exercise.make_inputs(shape, int(call["seed"]), device)
+        if exercise.kind == "host":
+            calls[call["key"]] = _call_host(fn, inputs, outputs.parent / "arrays", f"{exercise.id}-{call['key']}")
+            calls[call["key"]]["seconds"] = time.perf_counter() - started
+            continue
         if job.get("warmup"):
             try:  # compiles and autotunes outside the recording
                 fn(*inputs)

@@ -32,9 +32,9 @@ def preview(report: bench.PerfReport, threshold_name: str) -> None:
         print(f"{threshold.name}: pending a GPU run ({report.not_measured}); {threshold.description}")
         return
     if threshold.kind == "absolute":
-        level, shown = report.geomean_gflops, f"{report.geomean_gflops:.0f} GFLOP/s"
+        level, shown = report.geomean_gflops, f"{report.geomean_gflops:.0f} {spec.rate_unit}"
     elif threshold.kind == "vs_baseline":
-        level, shown = report.geomean_vs_baseline, f"{report.geomean_vs_baseline:.0%} of cuBLAS"
+        level, shown = report.geomean_vs_baseline, f"{report.geomean_vs_baseline:.0%} of {spec.baseline_name}"
     else:
         print(f"{threshold.name}: measured by the grader against the reference solution; "
               f"{threshold.description}")
@@ -44,11 +44,11 @@ def preview(report: bench.PerfReport, threshold_name: str) -> None:
 
 
 def plot_report(report: bench.PerfReport) -> Figure | None:
-    """GFLOP/s of yours and cuBLAS over the benchmark shapes (``None`` when nothing was measured)."""
+    """The rate of yours and the library's over the benchmark shapes (``None`` when nothing was measured)."""
     if not report.measured or not report.rows:
         return None
     spec = get(report.spec_id)
     labels = ["x".join(str(n) for n in row.shape) for row in report.rows]
     series = {"yours": [r.student_gflops for r in report.rows],
-              "cuBLAS": [r.baseline_gflops for r in report.rows]}
-    return plot.gflops_vs_size(series, labels, f"{spec.title} on {report.device_name}")
+              spec.baseline_name: [r.baseline_gflops for r in report.rows]}
+    return plot.gflops_vs_size(series, labels, f"{spec.title} on {report.device_name}", ylabel=spec.rate_unit)

@@ -319,14 +319,25 @@ def install() -> None:
     _installed = True
 
 
+def describe_inputs(inputs: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """What a plan was recorded for: each tensor input's storage size, each other input's value."""
+    return [{"nbytes": value.untyped_storage().nbytes()} if isinstance(value, torch.Tensor)
+            else {"scalar": encode_value(value)} for value in inputs]
+
+
+def _on_gpu(inputs: tuple[Any, ...]) -> bool:
+    return any(isinstance(value, torch.Tensor) and value.is_cuda for value in inputs)
+
+
 @contextmanager
-def _recording(inputs: tuple[torch.Tensor, ...]) -> Iterator[_Recording]:
+def _recording(inputs: tuple[Any, ...]) -> Iterator[_Recording]:
     buffers = []
-    for i, tensor in enumerate(inputs):
-        base, nbytes = _storage(tensor)
-        buffers.append(_Buffer(f"in{i}", base, nbytes, {}))
-    recording = _Recording(buffers, poison=not (inputs and inputs[0].is_cuda))
-    if inputs and inputs[0].is_cuda:
+    for i, value in enumerate(inputs):
+        if isinstance(value, torch.Tensor):
+            base, nbytes = _storage(value)
+            buffers.append(_Buffer(f"in{i}", base, nbytes, {}))
+    recording = _Recording(buffers, poison=not _on_gpu(inputs))
+    if _on_gpu(inputs):
         from triton.runtime.driver import driver
 
         recording.stream = driver.active.get_current_stream(driver.active.get_current_device())
@@ -355,19 +366,23 @@ def _describe_output(recording: _Recording, out: Any) -> dict[str, Any] | None:
             "shape": list(out.shape), "stride": list(out.stride()), "dtype": str(out.dtype).removeprefix("torch.")}
 
 
-def record_call(fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> tuple[Any, dict[str, Any]]:
-    """Call ``fn(*inputs)`` once and return its output with the plan of what it did."""
+def record_call(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
+    """Call ``fn(*inputs)`` once and return its output with the plan of what it did.
+
+    Tensor inputs are buffers the judge supplies afresh; any other input (a scalar such as SAXPY's
+    alpha) is replayed as recorded, so a spec makes such inputs from the shape, never from the seed.
+    """
     install()
     with _recording(inputs) as recording:
         try:
             out = fn(*inputs)
-            if inputs and inputs[0].is_cuda:
+            if _on_gpu(inputs):
                 torch.cuda.synchronize()
         except Exception as error:  # a student's function may raise anything; it is reported as data
             recording.problem(f"the graded function raised {type(error).__name__}: {str(error)[:300]}")
             out = None
     plan: dict[str, Any] = {"version": PLAN_VERSION, "problems": recording.problems,
-                            "inputs": [{"nbytes": b.nbytes} for b in recording.inputs],
+                            "inputs": describe_inputs(inputs),
                             "allocations": [{"name": b.name, **b.info} for b in recording.allocations],
                             "launches": recording.launches, "output": None}
     if out is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import pkgutil
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 Shape = tuple[int, ...]
-Inputs = tuple[torch.Tensor, ...]
+Inputs = tuple[Any, ...]  # tensors, and scalars made from the shape alone
 
 # Largest allowed ||out - ref|| / ||ref|| for each precision an exercise may compute in.
 TOLERANCES = {
@@ -25,7 +26,11 @@ TOLERANCES = {
     "tf32": 5e-3,
     "fp16": 1e-2,
     "bf16": 1e-2,
+    "exact": 0.0,  # integer outputs (indices, coordinates, counts)
 }
+
+RATE_UNITS = ("GFLOP/s", "GB/s")
+KINDS = ("kernel", "host")
 
 THRESHOLD_KINDS = ("absolute", "vs_baseline", "vs_reference")
 
@@ -34,7 +39,7 @@ THRESHOLD_KINDS = ("absolute", "vs_baseline", "vs_reference")
 class Threshold:
     """One performance item. ``bands`` maps a measured level to the fraction of ``points`` earned.
 
-    The level is GFLOP/s for "absolute"; for "vs_baseline" (cuBLAS or torch, same run) and
+    The level is the spec's rate (GFLOP/s or GB/s) for "absolute"; for "vs_baseline" (cuBLAS or torch, same run) and
     "vs_reference" (the course's reference solution, same run) it is the geometric mean over the
     benchmark shapes of the per-shape speed ratio.
     """
@@ -110,10 +115,31 @@ class ExerciseSpec:
     correctness_cells: dict[str, str] = field(default_factory=dict)
     # More hidden shapes, drawn afresh for each grading run: (rng, has_gpu) -> shapes.
     draw_hidden: Callable[[random.Random, bool], tuple[Shape, ...]] | None = None
+    # "kernel": judged by replaying its launch plan. "host": plain Python whose returned value leaves
+    # the sandbox as data and is compared here (never timed: its speed would be the student's own claim).
+    kind: str = "kernel"
+    # The rate performance is stated in: work(shape) is flops(shape) for GFLOP/s, bytes_moved(shape) for GB/s.
+    rate_unit: str = "GFLOP/s"
+    baseline_name: str = "cuBLAS"
+    # Replaces the relative-error test when "correct" means something else (e.g. a time within a factor):
+    # (output, reference, shape) -> (passed, message). The output's type, shape and dtype are checked first.
+    accept: Callable[[Any, Any, Shape], tuple[bool, str]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"{self.id}: kind must be one of {KINDS}, not {self.kind!r}")
+        if self.rate_unit not in RATE_UNITS:
+            raise ValueError(f"{self.id}: rate_unit must be one of {RATE_UNITS}, not {self.rate_unit!r}")
+        if self.precision not in TOLERANCES:
+            raise ValueError(f"{self.id}: precision must be one of {sorted(TOLERANCES)}, not {self.precision!r}")
 
     @property
     def tolerance(self) -> float:
         return TOLERANCES[self.precision]
+
+    def work(self, shape: Shape) -> float:
+        """What one call does, in the unit of the spec's rate: FLOPs or bytes."""
+        return self.flops(shape) if self.rate_unit == "GFLOP/s" else self.bytes_moved(shape)
 
     def shape_label(self, shape: Shape) -> str:
         return ", ".join(f"{d}={n}" for d, n in zip(self.dims, shape, strict=True))
@@ -130,8 +156,8 @@ class ExerciseSpec:
 
 
 _REGISTRY: dict[str, ExerciseSpec] = {}
-# Modules that define specs, imported on first lookup so that `import course` stays light.
-SPEC_MODULES = ("course.exercises.matmul_fp32",)
+# Every module of this package defines specs; imported on first lookup so that `import course` stays light.
+SPEC_PACKAGE = "course.exercises"
 
 
 def register(spec: ExerciseSpec) -> ExerciseSpec:
@@ -141,8 +167,13 @@ def register(spec: ExerciseSpec) -> ExerciseSpec:
     return spec
 
 
+def spec_modules() -> list[str]:
+    package = importlib.import_module(SPEC_PACKAGE)
+    return sorted(f"{SPEC_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
+
+
 def _load_all() -> None:
-    for module in SPEC_MODULES:
+    for module in spec_modules():
         importlib.import_module(module)
 
 
@@ -175,6 +206,11 @@ def judged_shapes(spec: ExerciseSpec, which: str, has_gpu: bool, run_seed: int) 
         rng = random.Random(f"{run_seed}:{spec.id}")
         shapes = (*shapes, *spec.draw_hidden(rng, has_gpu))
     return tuple(tuple(int(n) for n in shape) for shape in shapes)
+
+
+def rate(work: float, ms: float | None) -> float:
+    """GFLOP/s or GB/s (the same arithmetic) of ``work`` FLOPs or bytes done in ``ms`` milliseconds; 0 if unmeasured."""
+    return work / (ms * 1e-3) / 1e9 if ms else 0.0
 
 
 def geometric_mean(values: Sequence[float]) -> float:

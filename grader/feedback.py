@@ -29,21 +29,21 @@ _templates = jinja2.Environment(loader=jinja2.PackageLoader("grader", "templates
                                 autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
 _highlight = Highlight2HTML(pygments_lexer="ipython3")
 CODE_CSS = HtmlFormatter(style="default").get_style_defs(".highlight")
-_PLOT_VERSION = 1  # part of the plot cache's key: raise it when the plots change
+_PLOT_VERSION = 2  # part of the plot cache's key: raise it when the plots change
 
 
 def plots(perf_rows: list[dict[str, Any]], device: str) -> list[str]:
-    """One GFLOP/s plot (base64 PNG) per exercise: the student's kernel, the reference solution and cuBLAS."""
+    """One rate plot (base64 PNG) per exercise: the student's kernel, the reference solution and the library."""
     by_spec: dict[str, list[dict]] = defaultdict(list)
     for row in perf_rows:
         by_spec[row["spec"]].append(row)
     pngs = []
     for spec_id, rows in sorted(by_spec.items()):
         labels = ["×".join(str(n) for n in row["shape"]) for row in rows]
-        series = {"yours": [row["student_gflops"] for row in rows],
-                  "reference solution": [row["reference_gflops"] for row in rows],
-                  "cuBLAS (library)": [row["baseline_gflops"] for row in rows]}
-        figure = gflops_vs_size(series, labels, f"{spec_id} on {device}")
+        series = {"yours": [row["student_rate"] for row in rows],
+                  "reference solution": [row["reference_rate"] for row in rows],
+                  f"{rows[0]['baseline_name']} (library)": [row["baseline_rate"] for row in rows]}
+        figure = gflops_vs_size(series, labels, f"{spec_id} on {device}", ylabel=rows[0]["unit"])
         pngs.append(overview.png(figure))
     return pngs
 
@@ -72,8 +72,10 @@ def _perf_table(result: NotebookResult) -> list[dict[str, Any]]:
     rows = []
     for row in result.perf_rows:
         student, baseline, reference = (float(row.get(k) or 0.0) for k in
-                                        ("student_gflops", "baseline_gflops", "reference_gflops"))
-        rows.append({"spec": row.get("spec", ""), "shape": "×".join(str(n) for n in row.get("shape", [])),
+                                        ("student_rate", "baseline_rate", "reference_rate"))
+        rows.append({"spec": row.get("spec", ""), "unit": row.get("unit", ""),
+                     "baseline_name": row.get("baseline_name", ""),
+                     "shape": "×".join(str(n) for n in row.get("shape", [])),
                      "student": student, "reference": reference, "baseline": baseline,
                      "vs_baseline": student / baseline if baseline else None,
                      "vs_reference": student / reference if reference else None, "error": row.get("error") or ""})

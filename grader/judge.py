@@ -154,6 +154,45 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
     return result.passed, result.message
 
 
+def _host_check(spec: Any, call: dict[str, Any], recorded: Any, arrays: Path, on: str) -> tuple[bool, str]:
+    """A host function's returned value (data from the sandbox) against the reference made here."""
+    import torch
+
+    from course.check import compare
+
+    shape = tuple(call["shape"])
+    label = spec.shape_label(shape)
+    if not isinstance(recorded, dict) or "value" not in recorded:
+        reason = recorded.get("error") if isinstance(recorded, dict) else None
+        return False, f"{label}: {reason or 'no value was returned'}"
+    value = decode_answer(recorded["value"], arrays)
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(value)
+    reference = spec.reference(spec.make_inputs(shape, call["seed"], on))
+    if isinstance(reference, torch.Tensor):
+        reference = reference.cpu()
+    result = compare(spec, shape, value, reference, "cpu")
+    return result.passed, result.message
+
+
+def _judge_host(spec: Any, spec_job: dict[str, Any], export: dict[str, Any], arrays: Path, on: str) -> dict[str, Any]:
+    calls, error = _calls_of(export, spec.id)
+    sets: dict[str, Any] = {}
+    for call in spec_job["calls"]:
+        verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": False})
+        if error or call["key"] not in calls:
+            passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {error or 'not recorded'}"
+        else:
+            try:
+                passed, message = _host_check(spec, call, calls[call["key"]], arrays, on)
+            except Exception as failure:  # a value of the wrong kind makes a spec's check raise: a failed shape
+                passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {type(failure).__name__}: " \
+                                         f"{str(failure)[:300]}"
+        verdict["passed"] &= passed
+        verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
+    return {"sets": sets, "bench": {"measured": False, "reason": "a host function is not timed"}}
+
+
 def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
     import nbformat
 
@@ -165,6 +204,9 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
     kernels = {}
     for spec_job in job["kernels"]:
         spec = specs.get(spec_job["spec"])
+        if spec.kind == "host":
+            kernels[spec.id] = _judge_host(spec, spec_job, export, Path(job["export"]) / "arrays", "cpu")
+            continue
         calls, error = _calls_of(export, spec.id)
         sets: dict[str, Any] = {}
         for call in spec_job["calls"]:
@@ -200,6 +242,10 @@ def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
     with torch.cuda.stream(stream):
         for spec_job in job["kernels"]:
             spec = specs.get(spec_job["spec"])
+            if spec.kind == "host":
+                verdict["kernels"][spec.id] = _judge_host(spec, spec_job, student_export,
+                                                          Path(job["export"]) / "arrays", "cuda")
+                continue
             verdict["kernels"][spec.id] = _judge_spec(spec, spec_job, job, student_export, student_kernels,
                                                       reference_export, reference_kernels)
     verdict["seconds"]["judge"] = time.perf_counter() - started
@@ -208,7 +254,8 @@ def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
 
 def _budget(inputs: tuple[Any, ...], output_shape: tuple[int, ...]) -> int:
     """Bytes a plan may allocate: four times its inputs and an fp64 output, plus 64 MiB of scratch."""
-    return 4 * (sum(t.untyped_storage().nbytes() for t in inputs) + 8 * math.prod(output_shape)) + 64 * 2**20
+    tensors = [t for t in inputs if hasattr(t, "untyped_storage")]
+    return 4 * (sum(t.untyped_storage().nbytes() for t in tensors) + 8 * math.prod(output_shape)) + 64 * 2**20
 
 
 def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export: dict[str, Any],
@@ -263,7 +310,7 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
     reference_calls, _ = _calls_of(reference_export, spec.id)
     for i, shape in enumerate(tuple(tuple(s) for s in spec_job["bench_shapes"])):
         key = f"bench-{i}"
-        row: dict[str, Any] = {"shape": list(shape), "flops": spec.flops(shape)}
+        row: dict[str, Any] = {"shape": list(shape), "work": spec.work(shape)}
         rows.append(row)
         recorded = calls.get(key) if isinstance(calls, dict) else None
         plan = recorded.get("plan") if isinstance(recorded, dict) else None
@@ -290,6 +337,7 @@ def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...],
                seed: int) -> tuple[float | None, str | None]:
     """Median ms of the plan with fresh inputs for every call, each output spot-checked; or why not."""
     from course import bench
+    from course.check import relative_error
     from grader import replay
 
     failures: list[str] = []
@@ -301,8 +349,12 @@ def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...],
 
     def after(args: tuple, out: Any, i: int) -> None:
         # The check regenerates the inputs from the seed: a kernel that overwrote its inputs cannot pass it.
-        error = spec.spot_error(spec.make_inputs(shape, seed + 11 + i, "cuda"), out) if spec.spot_error else None
-        if error is not None and not error <= spec.tolerance:
+        inputs = spec.make_inputs(shape, seed + 11 + i, "cuda")
+        if spec.spot_error is not None:
+            error = spec.spot_error(inputs, out)
+        else:  # no cheap test: the whole output against the reference
+            error = relative_error(out, spec.reference(inputs))
+        if not error <= spec.tolerance:
             failures.append(f"timed call {i} returned a wrong result (relative error {error:.2e})")
 
     try:

@@ -142,8 +142,10 @@ class PerformanceView:
     devices: list[str]
     students: list[StudentPerformance]
     reference_vs_baseline: float | None  # the reference solution's fraction of the library, median over runs
-    reference_gflops: float | None
-    baseline_gflops: float | None
+    reference_rate: float | None
+    baseline_rate: float | None
+    unit: str = "GFLOP/s"
+    baseline_name: str = "cuBLAS"
     plot: str = ""
 
     @property
@@ -242,18 +244,18 @@ def _performance(all_results: list[NotebookResult], link: Callable[[NotebookResu
             grouped[(notebook_key(result), spec)].append((result, rows))
     views = []
     for (key, spec), entries in sorted(grouped.items()):
-        students, reference_fractions, reference_gflops, baseline_gflops = [], [], [], []
+        students, reference_fractions, reference_rate, baseline_rate = [], [], [], []
         for result, rows in entries:
-            student = [float(r.get("student_gflops") or 0.0) for r in rows]
-            baseline = [float(r.get("baseline_gflops") or 0.0) for r in rows]
-            reference = [float(r.get("reference_gflops") or 0.0) for r in rows]
+            student = [float(r.get("student_rate") or 0.0) for r in rows]
+            baseline = [float(r.get("baseline_rate") or 0.0) for r in rows]
+            reference = [float(r.get("reference_rate") or 0.0) for r in rows]
             vs_baseline = geometric_mean([s / b if b else 0.0 for s, b in zip(student, baseline, strict=True)])
             vs_reference = geometric_mean([s / r if r else 0.0 for s, r in zip(student, reference, strict=True)])
             if all(reference) and all(baseline):
                 reference_fractions.append(geometric_mean([r / b for r, b in zip(reference, baseline, strict=True)]))
-                reference_gflops.append(geometric_mean(reference))
+                reference_rate.append(geometric_mean(reference))
             if all(baseline):
-                baseline_gflops.append(geometric_mean(baseline))
+                baseline_rate.append(geometric_mean(baseline))
             counts = any(i.kind == results.PERFORMANCE and i.measured for i in result.items)
             note = next((str(r["error"]) for r in rows if r.get("error")), "")
             students.append(StudentPerformance(student_label(result), link(result), vs_baseline, vs_reference,
@@ -262,16 +264,19 @@ def _performance(all_results: list[NotebookResult], link: Callable[[NotebookResu
         view = PerformanceView(
             key, spec, sorted({r.device for r, _ in entries}), students,
             statistics.median(reference_fractions) if reference_fractions else None,
-            statistics.median(reference_gflops) if reference_gflops else None,
-            statistics.median(baseline_gflops) if baseline_gflops else None)
-        lines = {"cuBLAS (library)": 1.0}
+            statistics.median(reference_rate) if reference_rate else None,
+            statistics.median(baseline_rate) if baseline_rate else None,
+            str(entries[0][1][0].get("unit", "GFLOP/s")), str(entries[0][1][0].get("baseline_name", "cuBLAS")))
+        lines = {f"{view.baseline_name} (library)": 1.0}
         if view.reference_vs_baseline:
             lines = {"reference solution": view.reference_vs_baseline, **lines}
         scored = [s for s in students if s.counts]
         title = (f"{spec}: each kernel that passes the correctness checks" if scored else
                  f"{spec}: every timed kernel (none passes the correctness checks)")
         shown = scored or students
-        figure = class_performance([s.student for s in shown], [s.vs_baseline for s in shown], lines, title=title)
+        xlabel = f"fraction of {view.baseline_name} (geometric mean over the benchmark shapes)"
+        figure = class_performance([s.student for s in shown], [s.vs_baseline for s in shown], lines, title=title,
+                                   xlabel=xlabel)
         view.plot = png(figure)
         views.append(view)
     return views

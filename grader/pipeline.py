@@ -165,7 +165,8 @@ def kernel_calls(notebook: CourseNotebook, settings: Settings, run_seed: int, st
                 key = f"{which}-{i}"
                 calls.append({"key": key, "set": which, "shape": list(shape),
                               "seed": judge.derive_seed(run_seed, student, spec.id, key)})
-        bench = [list(s) for s in (settings.bench_shapes or spec.bench_shapes.gpu)] if on_gpu else []
+        timed = on_gpu and spec.kind == "kernel"
+        bench = [list(s) for s in (settings.bench_shapes or spec.bench_shapes.gpu)] if timed else []
         for i, shape in enumerate(bench):
             calls.append({"key": f"bench-{i}", "set": "bench", "shape": shape, "seed": 0})
         jobs.append({"spec": spec.id, "calls": calls, "bench_shapes": bench})
@@ -176,7 +177,9 @@ def _recording_request(jobs: list[dict[str, Any]], plan: Plan, device: str, scra
     """What the sandbox records. On a GPU its inputs use public seeds: the judge's stay secret."""
     recorded = []
     for job in jobs:
-        calls = [{"key": c["key"], "shape": c["shape"], "seed": c["seed"] if device == "cpu" else i}
+        # A host function's value is checked as returned, so it must see the judge's inputs.
+        secret = device == "gpu" and specs.get(job["spec"]).kind == "kernel"
+        calls = [{"key": c["key"], "shape": c["shape"], "seed": i if secret else c["seed"]}
                  for i, c in enumerate(job["calls"])]
         # A warm-up call first (compiling and autotuning on a GPU): a function that keeps its output
         # between calls then returns memory the recorded call did not allocate, which cannot be replayed.

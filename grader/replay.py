@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from course.plan import decode_value
+from course.plan import decode_value, describe_inputs
 from grader.build_kernels import launch_key
 
 MAX_LAUNCHES = 64
@@ -60,7 +60,7 @@ def load_kernels(built: Path) -> Kernels:
 
 @dataclass
 class Prepared:
-    inputs: tuple[torch.Tensor, ...]
+    inputs: tuple[Any, ...]
     buffers: dict[str, torch.Tensor]
     launches: list[tuple[Any, tuple[int, int, int], list[Any]]]
     output: torch.Tensor
@@ -114,20 +114,19 @@ def _output_view(buffers: dict[str, torch.Tensor], description: Any, dtype: torc
     return torch.as_strided(typed, shape, stride, offset // itemsize)
 
 
-def prepare(plan: Any, inputs: tuple[torch.Tensor, ...], kernels: Kernels, output_dtype: torch.dtype,
+def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: torch.dtype,
             output_shape: tuple[int, ...], max_bytes: int) -> Prepared:
     """Check ``plan`` and set up one replay of it on ``inputs``; raises Unreplayable with the reason."""
     if not isinstance(plan, dict):
         raise Unreplayable("no launch plan was recorded for this call")
     if plan.get("problems"):
         raise Unreplayable(str(plan["problems"][0]))
-    recorded_inputs = plan.get("inputs") or []
-    if [i.get("nbytes") for i in recorded_inputs] != [t.untyped_storage().nbytes() for t in inputs]:
+    if plan.get("inputs") != describe_inputs(inputs):
         raise Unreplayable("the plan was recorded for other inputs than this shape's")
     allocations = plan.get("allocations") or []
     if sum(int(a.get("nbytes", 0)) for a in allocations) > max_bytes:
         raise Unreplayable(f"the call allocates more than {max_bytes / 2**20:.0f} MiB")
-    buffers: dict[str, torch.Tensor] = {f"in{i}": t for i, t in enumerate(inputs)}
+    buffers: dict[str, torch.Tensor] = {f"in{i}": t for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
     for i, entry in enumerate(allocations):
         if entry.get("name") != f"alloc{i}" or int(entry.get("nbytes", -1)) < 0:
             raise Unreplayable("the plan's allocations are malformed")

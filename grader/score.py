@@ -14,7 +14,7 @@ from typing import Any
 from nbformat import NotebookNode
 from nbgrader.utils import is_grade, is_solution
 
-from course.spec import ExerciseSpec, Threshold, all_specs, for_notebook, geometric_mean
+from course.spec import ExerciseSpec, Threshold, all_specs, for_notebook, geometric_mean, get, rate
 from grader import results
 from grader.results import ItemResult
 
@@ -40,27 +40,23 @@ def test_cells(master: NotebookNode, specs: list[ExerciseSpec]) -> list[dict[str
             if not is_solution(c) and c.metadata.nbgrader["grade_id"] not in decided]
 
 
-def _describe(threshold: Threshold) -> str:
-    unit = " GFLOP/s" if threshold.kind == "absolute" else ""
+def _describe(spec: ExerciseSpec, threshold: Threshold) -> str:
+    unit = f" {spec.rate_unit}" if threshold.kind == "absolute" else ""
     bands = ", ".join(f">={level:g}{unit}: {credit:.0%}" for level, credit in threshold.bands)
     return f"{threshold.precision}; {bands}"
 
 
-def gflops(flops: float, ms: float | None) -> float:
-    return flops / (ms * 1e-3) / 1e9 if ms else 0.0
-
-
-def _level(threshold: Threshold, rows: list[dict[str, Any]]) -> tuple[float, str]:
+def _level(spec: ExerciseSpec, threshold: Threshold, rows: list[dict[str, Any]]) -> tuple[float, str]:
     if threshold.kind == "absolute":
-        level = geometric_mean([gflops(r["flops"], r.get("student_ms")) for r in rows])
-        return level, f"{level:.0f} GFLOP/s"
+        level = geometric_mean([rate(r["work"], r.get("student_ms")) for r in rows])
+        return level, f"{level:.0f} {spec.rate_unit}"
     other = "baseline_ms" if threshold.kind == "vs_baseline" else "reference_ms"
     missing = [r["shape"] for r in rows if not r.get(other)]
     if missing:
         raise LookupError(f"the {'library baseline' if other == 'baseline_ms' else 'reference solution'} "
                           f"was not measured for shapes {missing}")
     level = geometric_mean([r[other] / r["student_ms"] if r.get("student_ms") else 0.0 for r in rows])
-    name = "the library baseline" if threshold.kind == "vs_baseline" else "the reference solution"
+    name = spec.baseline_name if threshold.kind == "vs_baseline" else "the reference solution"
     return level, f"{level:.2f} of {name}"
 
 
@@ -79,7 +75,7 @@ def _performance(item: ItemResult, spec: ExerciseSpec, threshold: Threshold, ker
         item.message = "performance counts only for a kernel that passes every correctness check"
         return
     try:
-        level, shown = _level(threshold, rows)
+        level, shown = _level(spec, threshold, rows)
     except LookupError as error:
         item.status, item.message = results.NOT_RUN, str(error)
         return
@@ -108,7 +104,7 @@ def items(notebook_key: str, master: NotebookNode, verdict: dict[str, Any] | Non
         if grade_id in perf:
             spec, threshold = perf[grade_id]
             item = ItemResult(grade_id, results.PERFORMANCE, 0.0, points, results.FAILED,
-                              threshold=_describe(threshold))
+                              threshold=_describe(spec, threshold))
             kernel = kernels.get(spec.id)
             if kernel is None:
                 item.message = unjudged if on_gpu else "pending a GPU run"
@@ -141,12 +137,14 @@ def items(notebook_key: str, master: NotebookNode, verdict: dict[str, Any] | Non
 
 
 def perf_rows(verdict: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The judge's benchmark rows in GFLOP/s, for reports and plots."""
+    """The judge's benchmark rows as rates (GFLOP/s or GB/s, as the spec says), for reports and plots."""
     rows = []
     for spec_id, kernel in ((verdict or {}).get("kernels") or {}).items():
+        spec = get(spec_id)
         for row in ((kernel.get("bench") or {}).get("rows") or []):
             rows.append({"spec": spec_id, "shape": row["shape"], "error": row.get("error"),
-                         "student_gflops": gflops(row["flops"], row.get("student_ms")),
-                         "baseline_gflops": gflops(row["flops"], row.get("baseline_ms")),
-                         "reference_gflops": gflops(row["flops"], row.get("reference_ms"))})
+                         "unit": spec.rate_unit, "baseline_name": spec.baseline_name,
+                         "student_rate": rate(row["work"], row.get("student_ms")),
+                         "baseline_rate": rate(row["work"], row.get("baseline_ms")),
+                         "reference_rate": rate(row["work"], row.get("reference_ms"))})
     return rows

@@ -167,7 +167,8 @@ def _cell(nb, grade_id):
 
 def _bad_class(root: Path) -> dict[str, str]:
     """The class; returns each student's expected status."""
-    answers = demo.parse_answers((demo.DEMO_CLASS / "fast_correct.py").read_text(encoding="utf-8"))
+    demo_file = demo.DEMO_CLASS / "week1" / "day7_fast_matmul" / "fast_correct.py"
+    answers = demo.parse_answers(demo_file.read_text(encoding="utf-8"))
     _write(root / "john smith" / EXPECTED, demo.fill(NOTEBOOK, answers))
     _write(root / "zoë" / EXPECTED, _stub())
     _write(root / "-dash" / EXPECTED, _stub())

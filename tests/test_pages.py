@@ -249,8 +249,9 @@ def _items(perf: dict[str, tuple[float, str]] | None, correct: bool = True) -> l
 def _rows_gpu(fraction: float) -> list[dict]:
     rows = []
     for shape, cublas in zip(SHAPES, (30400.0, 46919.0, 51297.0, 36526.0), strict=True):
-        rows.append({"spec": "w1d7_matmul_fp32", "shape": shape, "error": None, "baseline_gflops": cublas,
-                     "reference_gflops": 0.9 * cublas, "student_gflops": fraction * cublas})
+        rows.append({"spec": "w1d7_matmul_fp32", "shape": shape, "error": None, "baseline_rate": cublas,
+                     "unit": "GFLOP/s", "baseline_name": "cuBLAS",
+                     "reference_rate": 0.9 * cublas, "student_rate": fraction * cublas})
     return rows
 
 
@@ -273,7 +274,7 @@ def _gpu_class() -> list[NotebookResult]:
     untimed = {"error": "not timed: M=3000, N=2000, K=1500: recording failed: AcceleratorError: CUDA error: an illegal "
                         "memory access was encountered\nSearch for `cudaErrorIllegalAddress' in https://docs.nvidia.com"
                         "/cuda/cuda-runtime-api/group__CUDART__TYPES.html_an_unbroken_token_that_is_long_" + "x" * 80,
-               "student_gflops": 0.0}
+               "student_rate": 0.0}
     wrong = _result("cy", items=_items(None, correct=False), perf_rows=[*_rows_gpu(1.3)[:3],
                                                                          {**_rows_gpu(1.3)[3], **untimed}])
     stuck = _result("dee", results.TIMEOUT, message="a cell ran past its 600 s limit",
@@ -329,8 +330,9 @@ def test_gpu_pages_show_the_performance(gpu_class):
     table = _rows(view, "perf-table", "perf-row")
     assert len(table) == len(fast.perf_rows) and not _rows(view, "perf-table", "perf-note")
     for row in table:
-        assert row[0] == "w1d7_matmul_fp32" and all(cell for cell in row[1:7]), row
-        assert float(row[5]) == pytest.approx(0.95, abs=0.01) and float(row[6]) == pytest.approx(1.06, abs=0.01)
+        assert row[0] == "w1d7_matmul_fp32" and all(cell for cell in row[1:8]), row
+        assert row[5] == "GFLOP/s (cuBLAS)"
+        assert float(row[6]) == pytest.approx(0.95, abs=0.01) and float(row[7]) == pytest.approx(1.06, abs=0.01)
     assert [i["plot"] for i in view["images"]] == ["performance"]
     assert "Pending a GPU run" not in view["text"] and "provisional" not in view["ids"]
     if "found" in NotebookResult.__dataclass_fields__:
@@ -349,7 +351,7 @@ def test_a_shape_the_judge_could_not_time_is_explained_and_fits(gpu_class):
     _assert_images_fine(view)
     _assert_fits(view)
     rows = _rows(view, "perf-table", "perf-row")
-    assert len(rows) == len(wrong.perf_rows) and rows[-1][2] == "—" and rows[-1][5] == "—"
+    assert len(rows) == len(wrong.perf_rows) and rows[-1][2] == "—" and rows[-1][6] == "—"
     [note] = _rows(view, "perf-table", "perf-note")
     assert note[0].startswith("not timed: M=3000") and "cudaErrorIllegalAddress" in note[0]
 

@@ -13,7 +13,7 @@ SPEC = "w1d7.matmul_fp32"
 
 def _row(shape, student_ms, baseline_ms, reference_ms, error=None):
     flops = 2.0 * shape[0] * shape[1] * shape[2]
-    return {"shape": list(shape), "flops": flops, "student_ms": student_ms, "baseline_ms": baseline_ms,
+    return {"shape": list(shape), "work": flops, "student_ms": student_ms, "baseline_ms": baseline_ms,
             "reference_ms": reference_ms, "error": error}
 
 
@@ -76,6 +76,7 @@ def test_a_failed_answer_test_keeps_the_masters_message():
     assert items["test_tf32"].score == 0 and items["test_tf32"].message == "wrong"
 
 
-def test_the_judges_rows_become_gflops():
+def test_the_judges_rows_become_rates():
     [row] = score.perf_rows({"kernels": {SPEC: {"bench": {"rows": [_row((1024, 1024, 1024), 1.0, 0.5, None)]}}}})
-    assert row["student_gflops"] == pytest.approx(2147.48, rel=1e-3) and row["reference_gflops"] == 0
+    assert row["student_rate"] == pytest.approx(2147.48, rel=1e-3) and row["reference_rate"] == 0
+    assert row["unit"] == "GFLOP/s" and row["baseline_name"] == "cuBLAS"

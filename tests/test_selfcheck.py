@@ -39,7 +39,8 @@ def assert_never_ok(stdout: str) -> None:
 
 def executed(answers_from: str) -> nbformat.NotebookNode:
     """The student notebook filled with a demo student's answers, as if it had run (no outputs yet)."""
-    return fill(NOTEBOOK, parse_answers((DEMO_CLASS / f"{answers_from}.py").read_text(encoding="utf-8")))
+    demo_file = DEMO_CLASS / "week1" / "day7_fast_matmul" / f"{answers_from}.py"
+    return fill(NOTEBOOK, parse_answers(demo_file.read_text(encoding="utf-8")))
 
 
 def cell(nb: nbformat.NotebookNode, grade_id: str) -> nbformat.NotebookNode:

@@ -1,4 +1,8 @@
-"""Build the adversarial corpus: one Week 1 Day 7 submission per fixture in ``fixtures/``.
+"""Build the adversarial corpus: one submission per fixture in ``fixtures/``.
+
+``fixtures/*.py`` attack Week 1 Day 7 (named by their stem); ``fixtures/<week>/<notebook>/*.py``
+attack that notebook (named ``<notebook>-<stem>``), with their expected verdicts in an
+``expected.py`` beside them (``EXPECTED = {stem: Expected(...)}``, item names of that notebook).
 
 A fixture file has the demo-class format (see grader/demo.py): a docstring saying what the attack
 does and why the new design defeats it, then sections that each start with a line ``# %% <name>``:
@@ -13,7 +17,7 @@ A fixture whose very first line is ``# gpu-only`` needs a GPU to mean anything (
 says ``GPU_ONLY = True``). The expected verdicts under the new design are in ``expected.py`` and in
 README.md.
 
-``build(destination, names)`` writes ``<destination>/<name>/week1/day7_fast_matmul.ipynb`` for each
+``build(destination, names)`` writes ``<destination>/<name>/<week>/<notebook>.ipynb`` for each
 fixture from the released student notebook, so the corpus always matches the current release::
 
     .venv/bin/python tests/adversarial/build.py /tmp/adversarial-class [name ...]
@@ -37,7 +41,6 @@ HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures"
 REPO = HERE.parent.parent
 NOTEBOOK_KEY = "week1/day7_fast_matmul"
-ANSWER_CELLS = ("matmul_kernel", "answers")
 GPU_ONLY_MARK = "# gpu-only"
 
 # "# %% matmul_kernel" starts a section; "# %% answers < honest_slow" takes that fixture's section as is.
@@ -53,6 +56,7 @@ class Fixture:
     path: Path
     doc: str
     gpu_only: bool
+    notebook: str = NOTEBOOK_KEY
     answers: dict[str, str] = field(default_factory=dict)  # grade id -> full cell source
     added: list[tuple[str, str]] = field(default_factory=list)  # (after grade id, cell source)
     transform: str | None = None  # source defining transform(nb: dict) -> None
@@ -64,13 +68,25 @@ class Fixture:
         return first
 
 
+def notebook_of(path: Path) -> str:
+    """The notebook a fixture file attacks, from where it lies."""
+    relative = path.parent.relative_to(FIXTURES)
+    return NOTEBOOK_KEY if relative == Path(".") else relative.as_posix()
+
+
+def fixture_name(path: Path) -> str:
+    key = notebook_of(path)
+    return path.stem if key == NOTEBOOK_KEY else f"{key.split('/')[-1]}-{path.stem}"
+
+
 def parse(path: Path) -> Fixture:
     """Read one fixture file; raises ValueError for a malformed one."""
     text = path.read_text(encoding="utf-8")
     doc = ast.get_docstring(ast.parse(text)) or ""
     if not doc:
         raise ValueError(f"{path.name}: no docstring")
-    fixture = Fixture(path.stem, path, doc, gpu_only=text.splitlines()[0].strip() == GPU_ONLY_MARK)
+    fixture = Fixture(fixture_name(path), path, doc, gpu_only=text.splitlines()[0].strip() == GPU_ONLY_MARK,
+                      notebook=notebook_of(path))
     if fixture.gpu_only != ("GPU_ONLY = True" in doc):
         raise ValueError(f"{path.name}: '# gpu-only' on the first line and 'GPU_ONLY = True' in the docstring "
                          "go together")
@@ -81,27 +97,26 @@ def parse(path: Path) -> Fixture:
     for mark, end in zip(marks, ends, strict=True):
         name, body = mark.group(1), text[mark.end():end].strip("\n") + "\n"
         if mark.group(2):
-            if body.strip() or name not in ANSWER_CELLS:
+            if body.strip() or name == "transform" or name.startswith(_AFTER):
                 raise ValueError(f"{path.name}: '# %% {name} < {mark.group(2)}' takes an answer cell and no body")
-            body = parse(FIXTURES / f"{mark.group(2)}.py").answers[name]
+            body = parse(path.parent / f"{mark.group(2)}.py").answers[name]
         if name == "transform":
             if fixture.transform is not None:
                 raise ValueError(f"{path.name}: two transform sections")
             fixture.transform = body
         elif name.startswith(_AFTER):
             fixture.added.append((name[len(_AFTER):], body))
-        elif name in ANSWER_CELLS:
+        else:  # an answer cell's grade id (apply() refuses one the notebook does not have)
             if name in fixture.answers:
                 raise ValueError(f"{path.name}: two sections for {name}")
             fixture.answers[name] = body
-        else:
-            raise ValueError(f"{path.name}: unknown section {name!r}")
     return fixture
 
 
 def fixtures(names: list[str] | None = None) -> dict[str, Fixture]:
     """Every fixture (or the named ones), by name, in name order."""
-    found = {p.stem: p for p in sorted(FIXTURES.glob("*.py")) if not p.name.startswith("_")}
+    paths = [*FIXTURES.glob("*.py"), *FIXTURES.glob("*/*/*.py")]
+    found = {fixture_name(p): p for p in sorted(paths) if not p.name.startswith("_") and p.name != "expected.py"}
     if names is not None:
         unknown = sorted(set(names) - set(found))
         if unknown:
@@ -143,8 +158,8 @@ def apply(fixture: Fixture, nb: dict[str, Any]) -> dict[str, Any]:
     return nb
 
 
-def released_notebook() -> dict[str, Any]:
-    """The released student notebook of Week 1 Day 7, as a JSON dict (needs the grader)."""
+def released_notebook(key: str = NOTEBOOK_KEY) -> dict[str, Any]:
+    """A released student notebook (Week 1 Day 7 unless named), as a JSON dict (needs the grader)."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     import nbformat
@@ -152,7 +167,7 @@ def released_notebook() -> dict[str, Any]:
     from grader.layout import course_notebooks
     from grader.release import student_version
 
-    notebook = next(nb for nb in course_notebooks() if nb.key == NOTEBOOK_KEY)
+    notebook = next(nb for nb in course_notebooks() if nb.key == key)
     return json.loads(nbformat.writes(student_version(notebook), version=4))
 
 
@@ -163,11 +178,13 @@ def build(destination: Path, names: list[str] | None = None) -> dict[str, Path]:
     """
     import nbformat
 
-    base = released_notebook()
-    assignment, notebook_name = NOTEBOOK_KEY.split("/")
+    bases: dict[str, dict[str, Any]] = {}
     written = {}
     for name, fixture in fixtures(names).items():
-        node = nbformat.from_dict(apply(fixture, base))
+        if fixture.notebook not in bases:
+            bases[fixture.notebook] = released_notebook(fixture.notebook)
+        assignment, notebook_name = fixture.notebook.split("/")
+        node = nbformat.from_dict(apply(fixture, bases[fixture.notebook]))
         nbformat.validate(node)
         path = Path(destination) / name / assignment / f"{notebook_name}.ipynb"
         path.parent.mkdir(parents=True, exist_ok=True)
