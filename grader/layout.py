@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import json
 import os
 import re
 import unicodedata
@@ -158,6 +160,24 @@ def _scan(folder: Path) -> _Folder:
     return found
 
 
+@functools.cache
+def _master_grade_ids(nb: CourseNotebook) -> frozenset[str]:
+    return _grade_ids(nb.solution_path)
+
+
+def _grade_ids(path: Path) -> frozenset[str]:
+    """The nbgrader grade ids a notebook file holds (none when it cannot be read as a notebook)."""
+    try:
+        if path.stat().st_size > MAX_NOTEBOOK_BYTES:
+            return frozenset()
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+        return frozenset(str(c["metadata"]["nbgrader"]["grade_id"]) for c in cells
+                         if isinstance(c, dict) and isinstance(c.get("metadata", {}).get("nbgrader"), dict)
+                         and "grade_id" in c["metadata"]["nbgrader"])
+    except (OSError, ValueError, AttributeError, TypeError, KeyError):
+        return frozenset()
+
+
 def _listing(names: list[str], limit: int = 8) -> str:
     shown_names = ", ".join(names[:limit])
     return shown_names + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -267,13 +287,27 @@ def _match_student(student_dir: Path, folder: _Folder, expected: list[CourseNote
     def unmatched() -> list[CourseNotebook]:
         return [nb for nb in expected if nb.key not in chosen and nb.key not in ambiguous]
 
+    @functools.cache
+    def owner(path: PurePosixPath) -> CourseNotebook | None:
+        """The course notebook whose graded cells a file shares most (None if none, or a tie)."""
+        ids = _grade_ids(student_dir / path)
+        overlap = sorted(((len(ids & _master_grade_ids(nb)), nb.key, nb) for nb in expected), reverse=True)
+        if not overlap or overlap[0][0] == 0 or (len(overlap) > 1 and overlap[1][0] == overlap[0][0]):
+            return None
+        return overlap[0][2]
+
     rules = (("the only notebook of that name in the folder", lambda nb, p: p.stem.lower() == nb.name.lower()),
              ("the only notebook whose name starts with {name}",
-              lambda nb, p: p.stem.lower().startswith(nb.name.lower())))
+              lambda nb, p: p.stem.lower().startswith(nb.name.lower())),
+             ("the only notebook whose graded cells are {name}'s", lambda nb, p: owner(p) == nb),
+             ("the only notebook whose name is the start of {name}",
+              lambda nb, p: len(p.stem) >= 4 and nb.name.lower().startswith(p.stem.lower())))
     for why, matches in rules:  # renamed copies (day7_fast_matmul-Copy1) and misplaced ones (Week1/, no folder)
         for nb in unmatched():
             candidates = [p for p in pool(nb) if matches(nb, p)]
             candidates = in_own_folder(nb, candidates) or candidates
+            # A file that this rule would also give to another notebook is no one's by this rule.
+            candidates = [p for p in candidates if not any(matches(other, p) for other in unmatched() if other != nb)]
             if len(candidates) == 1:
                 take(nb, candidates[0], why.format(name=nb.name))
             elif candidates:

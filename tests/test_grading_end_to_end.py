@@ -39,7 +39,8 @@ def graded(tmp_path_factory):
     device, name = resolve_device("auto")
     notes = []
     all_results = grade(root, out, Settings(device=device, device_name=name, jobs=2), log=notes.append)
-    return root, out, {r.student: r for r in all_results}, notes
+    day7 = {r.student: r for r in all_results if f"{r.assignment}/{r.notebook}" == NOTEBOOK.key}
+    return root, out, day7, notes, all_results
 
 
 def _items(result):
@@ -47,7 +48,7 @@ def _items(result):
 
 
 def test_correct_students_get_every_correctness_point(graded):
-    _, _, by_student, _ = graded
+    _, _, by_student, _, _ = graded
     for student in ("fast_correct", "slow_correct"):
         items = _items(by_student[student])
         assert by_student[student].status == results.OK
@@ -91,7 +92,7 @@ def test_a_corrupt_notebook_is_a_status(graded):
 
 
 def test_a_misnamed_notebook_is_graded_when_it_is_the_only_one(graded):
-    _, _, by_student, notes = graded
+    _, _, by_student, notes, _ = graded
     result = by_student["misnamed"]
     assert result.status == results.CORRUPT and result.submitted_file == "week1/day7.ipynb"
     assert "week1/day7.ipynb" in result.found
@@ -113,7 +114,7 @@ def test_performance_ranks_the_fast_student_above_the_slow_one(graded):
 
 
 def test_outputs_for_the_ta(graded):
-    _, out, by_student, _ = graded
+    _, out, by_student, _, _ = graded
     from grader.export import export
     from grader.feedback import write_pages
 
@@ -128,7 +129,7 @@ def test_outputs_for_the_ta(graded):
 
 
 def test_stock_nbgrader_export_reads_the_gradebook(graded):
-    _, out, _, _ = graded
+    _, out, _, _, _ = graded
     target = out / "nbgrader.csv"
     subprocess.run([sys.executable, "-m", "nbgrader", "export", f"--CourseDirectory.db_url=sqlite:///{out}/gradebook.db",
                     f"--CsvExportPlugin.to={target}"], cwd=out, check=True, capture_output=True)
@@ -137,9 +138,38 @@ def test_stock_nbgrader_export_reads_the_gradebook(graded):
 
 
 def test_a_second_run_keeps_what_is_graded(graded):
-    root, out, by_student, _ = graded
+    root, out, _, _, all_results = graded
     device, name = resolve_device("auto")
     notes = []
     again = grade(root, out, Settings(device=device, device_name=name), log=notes.append)
     assert any("already graded" in note for note in notes)
-    assert {r.student: r.score for r in again} == {s: r.score for s, r in by_student.items()}
+
+    def scores(found):
+        return {(r.student, r.assignment, r.notebook): r.score for r in found}
+
+    assert scores(again) == scores(all_results)
+
+
+def _result_of(all_results, student, notebook):
+    found = [r for r in all_results if r.student == student and f"{r.assignment}/{r.notebook}" == notebook.key]
+    assert len(found) == 1, f"{student} {notebook.key}: {len(found)} results"
+    return found[0]
+
+
+@pytest.mark.parametrize("notebook", course_notebooks(), ids=lambda nb: nb.key)
+def test_each_solution_earns_every_point_and_each_stub_none(graded, notebook):
+    """Through `make grade`'s path: the solution's answers get every point this device can decide, the
+    notebook as shipped gets none, and neither stops the grader."""
+    demo_students = {path.stem for path in demo.demo_files(notebook)}
+    assert {"fast_correct", "unchanged_stub"} <= demo_students, f"{notebook.key} needs both demo students"
+    all_results = graded[4]
+    solved = _result_of(all_results, "fast_correct", notebook)
+    assert solved.status == results.OK, solved.message
+    for item in solved.items:
+        if item.status == results.PENDING:
+            assert item.kind == results.PERFORMANCE and not HAS_GPU, f"{item.item} is pending: {item.message}"
+        else:
+            assert item.score == item.max_score, f"{notebook.key} {item.item}: {item.message[:300]}"
+    stub = _result_of(all_results, "unchanged_stub", notebook)
+    assert stub.status == results.OK, stub.message
+    assert all(not item.score for item in stub.items), {i.item: i.score for i in stub.items if i.score}

@@ -45,7 +45,7 @@ def _write(path: Path, nb: nbformat.NotebookNode | str | bytes) -> None:
 
 
 def _by_student(submissions):
-    return {s.student: s for s in submissions}
+    return {s.student: s for s in submissions if s.notebook == NOTEBOOK.name}
 
 
 # Discovery: no notebook runs.
@@ -205,7 +205,7 @@ def batch(tmp_path_factory):
     notes: list[str] = []
     graded = grade(root, out, Settings("cpu", "CPU (Triton interpreter)", jobs=2, cell_timeout=20,
                                        notebook_timeout=300), log=notes.append)
-    return root, out, expected, {r.student: r for r in graded}, notes
+    return root, out, expected, {r.student: r for r in graded if r.notebook == NOTEBOOK.name}, notes
 
 
 @pytest.mark.slow

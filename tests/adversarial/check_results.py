@@ -14,11 +14,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from grader.pipeline import load_results  # noqa: E402
+from tests.adversarial.build import fixtures  # noqa: E402
 from tests.adversarial.expected import EXPECTED  # noqa: E402
 
 
 def main(out: str, device: str) -> int:
-    found = {r.student: r for r in load_results(Path(out))}
+    attacked = {name: fixture.notebook for name, fixture in fixtures().items()}
+    found = {r.student: r for r in load_results(Path(out)) if f"{r.assignment}/{r.notebook}" == attacked.get(r.student)}
     bad = 0
     for name, expected in sorted(EXPECTED.items()):
         result = found.get(name)
