@@ -88,7 +88,7 @@ def _pointer(buffers: dict[str, torch.Tensor], where: Any) -> int:
     nbytes = buffer.untyped_storage().nbytes()
     if type(offset) is not int or not 0 <= offset < max(nbytes, 1):
         raise Unreplayable(f"a pointer offset {offset!r} lies outside its buffer of {nbytes} bytes")
-    return buffer.data_ptr() + offset
+    return buffer.untyped_storage().data_ptr() + offset  # offsets count from the storage, as recorded
 
 
 def _output_view(buffers: dict[str, torch.Tensor], description: Any, dtype: torch.dtype,
