@@ -129,7 +129,7 @@ def _thresholds(library: str) -> tuple[Threshold, ...]:
             # PROVISIONAL: set from the lead's H100 measurement
             bands=((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
             precision=f"fp32 against {library}, same run",
-            description=f"bandwidth as a fraction of {library}'s, same run; full points at 80%",
+            description=f"bandwidth as a fraction of {library} (same run); full points at 80%",
         ),
         Threshold(
             name="vs_reference",
@@ -138,7 +138,7 @@ def _thresholds(library: str) -> tuple[Threshold, ...]:
             # PROVISIONAL: set from the lead's H100 measurement
             bands=((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
             precision="fp32 against the course's reference kernel, same run",
-            description="bandwidth as a fraction of the reference solution's, same run; full points at 80%",
+            description="bandwidth as a fraction of the reference solution (same run); full points at 80%",
         ),
     )
 
