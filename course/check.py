@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from course import device, record
+from course import device, plan, record
 from course.guard import ForbiddenCallError, Guard, KernelDefinedTooEarly, user_cuda_kernels
 from course.spec import ExerciseSpec, Shape, get
 
@@ -112,7 +112,7 @@ def check_one(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: in
         inputs = spec.make_inputs(shape, seed, on)
         reference = spec.reference(inputs)
         with Guard(poison=True) as guard:
-            out = fn(*inputs)
+            out, unreplayable = _call(spec, fn, inputs)
         if on == "cuda":
             torch.cuda.synchronize()
     except Exception as error:  # a student's function may raise anything; it becomes a message
@@ -126,8 +126,33 @@ def check_one(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: in
         )
     else:
         result = compare(spec, shape, out, reference, on)
+        if result.passed and unreplayable:
+            result = CheckResult(spec.id, shape, False, f"{spec.shape_label(shape)}: the values are right, but the "
+                                 f"grader cannot replay this call: {unreplayable}")
     result.seconds = seconds
     return result
+
+
+def _call(spec: ExerciseSpec, fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, str | None]:
+    """``fn(*inputs)``; for a kernel exercise, recorded as the grader records it, with the first reason its
+    judge could not replay the call (e.g. a torch op such as ``x.contiguous()`` or ``x + y``), or None."""
+    if spec.kind != "kernel":
+        return fn(*inputs), None
+    raised: list[Exception] = []
+
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception as error:  # re-raised below, so the caller explains it as before
+            raised.append(error)
+            raise
+
+    out, recorded = plan.record_call(call, tuple(inputs))
+    if raised:
+        raise raised[0]
+    # Whether a kernel ran is check_one's own test (it also recognises CUDA C kernels).
+    problems = [p for p in recorded["problems"] if not p.startswith("no Triton kernel was launched")]
+    return out, problems[0] if problems else None
 
 
 def shapes_for(spec: ExerciseSpec, which: str | Sequence[Shape]) -> tuple[Shape, ...]:
