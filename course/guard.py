@@ -232,9 +232,10 @@ class _RefuseAtenCalls(TorchDispatchMode):
                     "copying a GPU tensor to the host", "computing on the host is not allowed"
                 )
         result = func(*args, **kwargs)
-        poisonable = isinstance(result, torch.Tensor) and (result.is_floating_point() or result.is_complex())
+        poisonable = isinstance(result, torch.Tensor) and result.dtype != torch.bool
         if self.poison and name in _ATEN_ALLOCATIONS and poisonable:
-            result.fill_(float("nan"))
+            floating = result.is_floating_point() or result.is_complex()
+            result.fill_(float("nan") if floating else -1)  # an integer element never written shows as -1
         return result
 
 

@@ -54,3 +54,46 @@ def datasheet_peaks(device_name: str) -> DatasheetPeaks | None:
         if all((n in words) if len(n) <= 2 else (n in text) for n in needles):
             return peaks
     return None
+
+
+SM_SOURCE = "NVIDIA datasheets and architecture whitepapers"
+
+
+@dataclass(frozen=True)
+class DatasheetSMs:
+    """What a GPU's FP32 peak is built from: SMs, FP32 lanes per SM and the boost clock (datasheet figures).
+
+    Each FP32 lane finishes one fused multiply-add (two floating-point operations) per clock, so the
+    peak is ``2 * sm_count * fp32_cores_per_sm * boost_clock_mhz * 1e6`` FLOP/s. ``gpu`` names the
+    ``DatasheetPeaks`` entry these figures belong to.
+    """
+
+    gpu: str
+    sm_count: int
+    fp32_cores_per_sm: int
+    boost_clock_mhz: int
+    source: str = SM_SOURCE
+
+    @property
+    def fp32_tflops(self) -> float:
+        return 2 * self.sm_count * self.fp32_cores_per_sm * self.boost_clock_mhz * 1e6 / 1e12
+
+
+SM_TABLE = (
+    DatasheetSMs("H200 SXM", 132, 128, 1980),
+    DatasheetSMs("H100 SXM", 132, 128, 1980),
+    DatasheetSMs("H100 PCIe", 114, 128, 1755),
+    DatasheetSMs("A100 80GB SXM", 108, 64, 1410),
+    DatasheetSMs("A100 80GB PCIe", 108, 64, 1410),
+    DatasheetSMs("A100 40GB", 108, 64, 1410),
+    DatasheetSMs("L4", 58, 128, 2040),
+    DatasheetSMs("T4", 40, 64, 1590),
+)
+
+
+def datasheet_sms(device_name: str) -> DatasheetSMs | None:
+    """The SM figures for a device name as PyTorch reports it, or ``None`` if unknown."""
+    peaks = datasheet_peaks(device_name)
+    if peaks is None:
+        return None
+    return next((entry for entry in SM_TABLE if entry.gpu == peaks.gpu), None)

@@ -174,11 +174,12 @@ class _WatchOps(TorchDispatchMode):
                 fill = args[_FULL_VALUE_ARG[func]] if len(args) > _FULL_VALUE_ARG[func] else None
                 info["value"] = float(fill) if isinstance(fill, int | float) else None
             recording.allocations.append(_Buffer(f"alloc{len(recording.allocations)}", base, nbytes, info))
-            if init == "empty" and recording.poison and out.is_floating_point():
-                # On a CPU the sandbox's own outputs are checked: unwritten elements must show as NaN.
+            if init == "empty" and recording.poison and out.dtype != torch.bool:
+                # On a CPU the sandbox's own outputs are checked: unwritten elements must show, as NaN (or -1
+                # in an integer buffer, as the judge's replay fills it), never as what the memory last held.
                 recording.in_launch += 1
                 try:
-                    out.fill_(float("nan"))
+                    out.fill_(float("nan") if out.is_floating_point() else -1)
                 finally:
                     recording.in_launch -= 1
         elif func in _FILLS and isinstance(args[0], torch.Tensor):

@@ -52,6 +52,44 @@ def roofline(peak_gflops: float, peak_gbps: float, points: Mapping[str, tuple[fl
     return fig
 
 
+def program_grid(panels: Mapping[str, Sequence[Sequence[float]]], title: str, annotate_limit: int = 16) -> Figure:
+    """One coloured grid per panel (e.g. each program's pid_0, pid_1 and linear id), value written in each cell.
+
+    ``panels`` maps a caption to a 2-D array (rows x columns, anything ``numpy.asarray`` reads). Cells
+    are numbered only when both sides are at most ``annotate_limit``; larger grids are colour alone.
+    """
+    import numpy as np
+
+    if not panels:
+        raise ValueError("no panels to draw")
+    arrays = {name: np.asarray(values) for name, values in panels.items()}
+    for name, array in arrays.items():
+        if array.ndim != 2 or not array.size:
+            raise ValueError(f"panel {name!r} is not a non-empty 2-D array (shape {array.shape})")
+    rows, cols = next(iter(arrays.values())).shape
+    margin = 1.6  # inches of labels and colour bar beside each panel's cells
+    panel = min(max(2.5, 0.42 * cols + margin), 14.0 / len(arrays))
+    height = min(max(1.6, rows * (panel - margin) / cols + 1.3), 6.0)
+    fig, axes = plt.subplots(1, len(arrays), figsize=(panel * len(arrays), height), squeeze=False)
+    for ax, (name, array) in zip(axes[0], arrays.items(), strict=True):
+        image = ax.imshow(array, cmap="viridis", interpolation="nearest", aspect="equal")
+        if max(array.shape) <= annotate_limit:
+            middle = (float(array.min()) + float(array.max())) / 2
+            for (i, j), value in np.ndenumerate(array):
+                ax.text(j, i, f"{value:g}", ha="center", va="center", fontsize=7,
+                        color="black" if value > middle else "white")
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("column", fontsize=8)
+        ax.set_ylabel("row", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if array.shape[0] == 1:
+            ax.set_yticks([0])
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def to_png(fig: Figure) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)

@@ -165,7 +165,8 @@ def kernel_calls(notebook: CourseNotebook, settings: Settings, run_seed: int, st
                 key = f"{which}-{i}"
                 calls.append({"key": key, "set": which, "shape": list(shape),
                               "seed": judge.derive_seed(run_seed, student, spec.id, key)})
-        timed = on_gpu and spec.kind == "kernel"
+        # Only a kernel with performance items is timed (and only its benchmark shapes suit its inputs).
+        timed = on_gpu and spec.kind == "kernel" and bool(spec.thresholds)
         bench = [list(s) for s in (settings.bench_shapes or spec.bench_shapes.gpu)] if timed else []
         for i, shape in enumerate(bench):
             calls.append({"key": f"bench-{i}", "set": "bench", "shape": shape, "seed": 0})
