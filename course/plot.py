@@ -90,6 +90,57 @@ def program_grid(panels: Mapping[str, Sequence[Sequence[float]]], title: str, an
     return fig
 
 
+def address_map(panels: Mapping[str, Sequence[int]], block: int, sector: int = 8, title: str = "") -> Figure:
+    """Which program and lane touched each memory address, one panel per access pattern.
+
+    ``panels`` maps a pattern's name to one label per address (element index): ``program * block + lane``
+    where that lane touched the address, negative where nothing did. A row per program; each touched
+    address is a cell in the program's colour with its lane number (when there is room). Memory moves
+    whole sectors of ``sector`` elements: every sector a program touches is shaded grey across its
+    width, so grey without colour is traffic the program fetched and did not use. Lanes go from light
+    (lane 0) to full colour (the last lane).
+    """
+    if block < 1 or sector < 1:
+        raise ValueError("block and sector must be positive")
+    if not panels:
+        raise ValueError("no access pattern to draw")
+    width = max(len(labels) for labels in panels.values())
+    programs = max([label // block + 1 for labels in panels.values() for label in labels if label >= 0] or [1])
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 0.9 + (0.35 * programs + 0.7) * len(panels)),
+                             squeeze=False)
+    colours = plt.get_cmap("tab10")
+    for ax, (name, labels) in zip(axes[:, 0], panels.items(), strict=True):
+        touched: dict[int, set[int]] = {}
+        for address, label in enumerate(labels):
+            if label < 0:
+                continue
+            program, lane = divmod(int(label), block)
+            touched.setdefault(program, set()).add(address // sector)
+            shade = 0.35 + 0.65 * lane / max(block - 1, 1)  # lane 0 lightest, the last lane full colour
+            ax.add_patch(plt.Rectangle((address - 0.5, program - 0.4), 1.0, 0.8, color=colours(program % 10),
+                                       alpha=shade))
+            if width <= 64:
+                ax.text(address, program, str(lane), ha="center", va="center", fontsize=6)
+        for program, sectors in touched.items():
+            for s in sectors:
+                ax.add_patch(plt.Rectangle((s * sector - 0.5, program - 0.45), sector, 0.9, color="0.85", zorder=0))
+        for boundary in range(0, width + 1, sector):
+            ax.axvline(boundary - 0.5, color="0.6", linewidth=0.5, zorder=1)
+        moved = sum(len(s) for s in touched.values())
+        used = sum(1 for label in labels if label >= 0)
+        ax.set_title(f"{name}: {used} elements used, {moved} sectors moved ({moved * sector} elements)",
+                     fontsize=9, loc="left")
+        ax.set_xlim(-0.5, width - 0.5)
+        ax.set_ylim(programs - 0.5, -0.5)
+        ax.set_yticks(range(programs), [f"program {p}" for p in range(programs)], fontsize=7)
+        ax.tick_params(axis="x", labelsize=7)
+    axes[-1, 0].set_xlabel(f"address (element index; grey lines every {sector} elements mark the sectors)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def to_png(fig: Figure) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
