@@ -4,6 +4,9 @@ Each shape gets fresh seeded random inputs; the call runs under ``course.guard.G
 allocations poisoned (NaN), so library matmuls are refused and unwritten elements show; the output's
 type, shape and device are checked, then its relative error against the spec's higher-precision
 reference. NaN and Inf never pass. Messages say which shape failed, by how much, and where.
+A host function (``kind="host"``: plain Python) runs without the guard, and what it returns is judged
+as the grader's judge will receive it (``as_exported``); a spec's ``accept`` rule, where it has one,
+replaces the relative-error test.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from course import device, plan, record
@@ -87,10 +91,7 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: s
     def fail(message: str, rel: float | None = None) -> CheckResult:
         return CheckResult(spec.id, shape, False, f"{label}: {message}", rel, spec.tolerance)
 
-    # A plain value (a host function's float) has no tensor properties: the spec's accept rule judges it.
-    if isinstance(ref, torch.Tensor) or spec.accept is None:
-        if not isinstance(out, torch.Tensor):
-            return fail(f"returned {type(out).__name__}, expected a torch.Tensor")
+    if isinstance(out, torch.Tensor):
         expected_shape = tuple(spec.output_shape(shape))
         if tuple(out.shape) != expected_shape:
             return fail(f"output shape {tuple(out.shape)}, expected {expected_shape}")
@@ -98,6 +99,9 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: s
             return fail(f"output dtype {out.dtype}, expected {spec.output_dtype} (no downcasting)")
         if out.device.type != on:
             return fail(f"output is on {out.device.type}, expected {on}")
+    elif spec.accept is None:
+        expected = "a NumPy array or a torch.Tensor" if spec.kind == "host" else "a torch.Tensor"
+        return fail(f"returned {type(out).__name__}, expected {expected}")
     if spec.accept is not None:
         passed, message = spec.accept(out, ref, shape)
         return CheckResult(spec.id, shape, bool(passed), f"{label}: {message}", None, spec.tolerance)
@@ -109,8 +113,62 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: s
     return fail(f"relative error {rel:.2e} > {spec.tolerance:.0e}; {_worst_element(out, ref)}", rel)
 
 
+def as_exported(value: Any, depth: int = 0) -> tuple[Any, str | None]:
+    """A host function's returned value as the grader's judge receives it, or why the grader refuses it.
+
+    The same rules as ``course.export``: exact built-in types, lists, tuples and dicts of them, and
+    numeric arrays (a NumPy array arrives as a torch.Tensor). A NumPy scalar or a subclass is refused.
+    """
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return value, None
+    if kind in (list, tuple, dict) and depth < 16:
+        if kind is dict and not all(type(k) is str for k in value):
+            return None, "a dict whose keys are not all str"
+        keys = list(value) if kind is dict else range(len(value))
+        converted = []
+        for key in keys:
+            item, problem = as_exported(value[key], depth + 1)
+            if problem:
+                return None, problem
+            converted.append(item)
+        return (dict(zip(keys, converted, strict=True)) if kind is dict else kind(converted)), None
+    if kind in (np.ndarray, torch.Tensor):
+        array = value.detach().cpu() if kind is torch.Tensor else value
+        if kind is np.ndarray:
+            if array.dtype.kind not in "biuf":
+                return None, f"an array of {array.dtype}"
+            array = torch.from_numpy(np.ascontiguousarray(array))
+        return array, None
+    if isinstance(value, np.generic):
+        return None, f"a NumPy scalar ({kind.__name__}): convert it with float() or int()"
+    return None, f"a value of type {kind.__module__}.{kind.__qualname__}"
+
+
+def _check_host(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: int) -> CheckResult:
+    """Call a host function once (no guard: plain Python is the exercise) and judge what it returns."""
+    label = spec.shape_label(shape)
+    started = time.perf_counter()
+    try:
+        inputs = spec.make_inputs(shape, seed, "cpu")
+        reference = spec.reference(inputs)
+        out, problem = as_exported(fn(*inputs))
+    except Exception as error:  # a student's function may raise anything; it becomes a message
+        out, problem = None, _explain_exception(error)
+    else:
+        if problem:
+            problem = f"the grader does not accept what it returned: {problem}"
+    seconds = time.perf_counter() - started
+    result = (CheckResult(spec.id, shape, False, f"{label}: {problem}") if problem
+              else compare(spec, shape, out, reference, "cpu"))
+    result.seconds = seconds
+    return result
+
+
 def check_one(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: int) -> CheckResult:
     """Run ``fn`` once on fresh inputs of ``shape`` under the guard and judge its output."""
+    if spec.kind == "host":
+        return _check_host(spec, fn, shape, seed)
     on = device.info().torch_device
     started = time.perf_counter()
     try:

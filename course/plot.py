@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import statistics
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -10,8 +11,12 @@ from matplotlib.figure import Figure
 
 
 def gflops_vs_size(series: Mapping[str, Sequence[float]], labels: Sequence[str], title: str,
-                   ylabel: str = "GFLOP/s") -> Figure:
-    """One line per implementation (e.g. yours, reference, cuBLAS) over the benchmark shapes."""
+                   ylabel: str = "GFLOP/s", log_scale: bool = False) -> Figure:
+    """One line per implementation (e.g. yours, reference, cuBLAS) over the benchmark shapes.
+
+    ``log_scale`` puts the rates on a logarithmic axis, for series that differ by orders of magnitude;
+    a NaN value leaves a gap (a shape that implementation was not run on).
+    """
     fig, ax = plt.subplots(figsize=(7, 3.8))
     positions = range(len(labels))
     for name, values in series.items():
@@ -22,8 +27,11 @@ def gflops_vs_size(series: Mapping[str, Sequence[float]], labels: Sequence[str],
     ax.margins(x=0.1)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
+    if log_scale:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, which="both" if log_scale else "major")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -137,6 +145,31 @@ def address_map(panels: Mapping[str, Sequence[int]], block: int, sector: int = 8
     axes[-1, 0].set_xlabel(f"address (element index; grey lines every {sector} elements mark the sectors)")
     if title:
         fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def times_per_call(times_ms: Sequence[float], title: str, skip: int = 0) -> Figure:
+    """Each call's time in order (log axis), with the median of the calls after the first ``skip``.
+
+    Shows what a single measurement hides: a slow first call, the spread, and the outliers.
+    """
+    if len(times_ms) <= skip:
+        raise ValueError(f"{len(times_ms)} times, all of them skipped")
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    calls = range(1, len(times_ms) + 1)
+    if skip:
+        first = "first call" if skip == 1 else f"first {skip} calls"
+        ax.scatter(calls[:skip], times_ms[:skip], color="C3", s=22, label=f"{first} (warm-up)", zorder=3)
+    ax.scatter(calls[skip:], times_ms[skip:], color="C0", s=14, label="timed", zorder=3)
+    median = statistics.median(times_ms[skip:])
+    ax.axhline(median, color="C0", linestyle="--", linewidth=1, label=f"median of the timed: {median:.3g} ms")
+    ax.set_yscale("log")
+    ax.set_xlabel("call")
+    ax.set_ylabel("ms")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

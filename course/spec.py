@@ -22,6 +22,7 @@ Inputs = tuple[Any, ...]  # tensors, and scalars made from the shape alone
 
 # Largest allowed ||out - ref|| / ||ref|| for each precision an exercise may compute in.
 TOLERANCES = {
+    "fp64": 1e-12,  # fp64 in and out (host code): rounding alone, K * 1e-16 for a length-K sum
     "fp32-ieee": 1e-5,
     "tf32": 5e-3,
     "fp16": 1e-2,
@@ -122,8 +123,8 @@ class ExerciseSpec:
     rate_unit: str = "GFLOP/s"
     baseline_name: str = "cuBLAS"
     # Replaces the relative-error test when "correct" means something else (e.g. a time within a factor):
-    # (output, reference, shape) -> (passed, message). For a tensor reference the output's type, shape and
-    # dtype are checked first; for a plain value (a host function's float) the rule checks the type itself.
+    # (output, reference, shape) -> (passed, message). A tensor output's shape, dtype and device are checked
+    # first; any other output (a float, a list) goes to ``accept`` as it is, which checks its type.
     accept: Callable[[Any, Any, Shape], tuple[bool, str]] | None = None
 
     def __post_init__(self) -> None:

@@ -166,6 +166,8 @@ def _host_check(spec: Any, call: dict[str, Any], recorded: Any, arrays: Path, on
         reason = recorded.get("error") if isinstance(recorded, dict) else None
         return False, f"{label}: {reason or 'no value was returned'}"
     value = decode_answer(recorded["value"], arrays)
+    if isinstance(value, Unsupported):
+        return False, f"{label}: returned {value!r}"
     if isinstance(value, np.ndarray):
         value = torch.from_numpy(value)
     reference = spec.reference(spec.make_inputs(shape, call["seed"], on))
