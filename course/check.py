@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from course import device, record
@@ -87,6 +88,12 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: s
     def fail(message: str, rel: float | None = None) -> CheckResult:
         return CheckResult(spec.id, shape, False, f"{label}: {message}", rel, spec.tolerance)
 
+    def accepted() -> CheckResult:
+        passed, message = spec.accept(out, ref, shape)
+        return CheckResult(spec.id, shape, bool(passed), f"{label}: {message}")
+
+    if spec.accept is not None and not isinstance(ref, torch.Tensor):
+        return accepted()  # a value that is no tensor (e.g. a time in ms): the spec's rule checks it whole
     if not isinstance(out, torch.Tensor):
         return fail(f"returned {type(out).__name__}, expected a torch.Tensor")
     expected_shape = tuple(spec.output_shape(shape))
@@ -96,6 +103,8 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: s
         return fail(f"output dtype {out.dtype}, expected {spec.output_dtype} (no downcasting)")
     if out.device.type != on:
         return fail(f"output is on {out.device.type}, expected {on}")
+    if spec.accept is not None:
+        return accepted()
     rel = relative_error(out, ref)
     if rel <= spec.tolerance:
         return CheckResult(
@@ -104,8 +113,38 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: s
     return fail(f"relative error {rel:.2e} > {spec.tolerance:.0e}; {_worst_element(out, ref)}", rel)
 
 
+def check_host(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: int) -> CheckResult:
+    """Judge a host function's value the way the grader's judge does.
+
+    No guard (a host function may call any library) and no kernel launch is required; the value is
+    seen as the judge sees it (tensors and arrays on the CPU), and the reference is made afterwards
+    from fresh inputs of the same seed, never from inputs the function has used.
+    """
+    on = device.info().torch_device
+    started = time.perf_counter()
+    try:
+        out = fn(*spec.make_inputs(shape, seed, on))
+    except Exception as error:  # a student's function may raise anything; it becomes a message
+        result = CheckResult(spec.id, shape, False, f"{spec.shape_label(shape)}: {_explain_exception(error)}")
+        result.seconds = time.perf_counter() - started
+        return result
+    seconds = time.perf_counter() - started
+    if isinstance(out, np.ndarray):
+        out = torch.from_numpy(out)
+    elif isinstance(out, torch.Tensor):
+        out = out.detach().cpu()
+    reference = spec.reference(spec.make_inputs(shape, seed, on))
+    if isinstance(reference, torch.Tensor):
+        reference = reference.cpu()
+    result = compare(spec, shape, out, reference, "cpu")
+    result.seconds = seconds
+    return result
+
+
 def check_one(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: int) -> CheckResult:
     """Run ``fn`` once on fresh inputs of ``shape`` under the guard and judge its output."""
+    if spec.kind == "host":
+        return check_host(spec, fn, shape, seed)
     on = device.info().torch_device
     started = time.perf_counter()
     try:

@@ -122,7 +122,8 @@ class ExerciseSpec:
     rate_unit: str = "GFLOP/s"
     baseline_name: str = "cuBLAS"
     # Replaces the relative-error test when "correct" means something else (e.g. a time within a factor):
-    # (output, reference, shape) -> (passed, message). The output's type, shape and dtype are checked first.
+    # (output, reference, shape) -> (passed, message). For a tensor reference the output's type, shape and
+    # dtype are checked first; for any other reference (a number) the rule checks the output's type itself.
     accept: Callable[[Any, Any, Shape], tuple[bool, str]] | None = None
 
     def __post_init__(self) -> None:
