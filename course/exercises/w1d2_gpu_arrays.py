@@ -66,7 +66,7 @@ def reference(inputs: Inputs) -> float:
 def accept(out: Any, truth: Any, shape: Shape) -> tuple[bool, str]:
     """A plain number of milliseconds within FACTOR of the true duration."""
     if type(out) not in (float, int):  # not bool, a NumPy scalar or a tensor: what the grader receives is data
-        return False, f"returned {type(out).__name__}; return the time as a Python float, e.g. float(ms)"
+        return False, f"returned {repr(out)[:120]}, not a number; return the time as a Python float, e.g. float(ms)"
     if not math.isfinite(out) or out <= 0:
         return False, f"returned {out!r}; a time must be a positive, finite number of milliseconds"
     ratio = out / truth

@@ -253,8 +253,12 @@ EXPECTED: dict[str, Expected] = {
 def _other_notebooks() -> dict[str, Expected]:
     """Expected verdicts of fixtures for other notebooks: ``fixtures/<week>/<notebook>/expected.py``."""
     import importlib.util
+    import sys
     from pathlib import Path
 
+    root = str(Path(__file__).resolve().parents[2])
+    if root not in sys.path:  # run as a script: the fixtures' expected.py import tests.adversarial.expected
+        sys.path.insert(0, root)
     found: dict[str, Expected] = {}
     for path in sorted((Path(__file__).resolve().parent / "fixtures").glob("*/*/expected.py")):
         loaded = importlib.util.spec_from_file_location(f"expected_{path.parent.name}", path)
