@@ -203,7 +203,7 @@ def test_the_spin_kernel_compiles_for_an_h100_to_a_loop_on_the_nanosecond_clock(
 def test_gpu_reference_measures_the_planned_duration():
     (workload,) = SPEC.make_inputs((20,), 3, "cuda")
     truth = SPEC.reference((workload,))
-    assert workload.planned_ms <= truth <= workload.planned_ms * 1.05 + 0.05
+    assert workload.planned_ms * 0.99 <= truth <= workload.planned_ms * 1.05 + 0.05
 
 
 @pytest.mark.gpu
