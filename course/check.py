@@ -84,7 +84,7 @@ def _explain_exception(error: BaseException) -> str:
     return f"raised {type(error).__name__}{where}: {first}"[:500]
 
 
-def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: str) -> CheckResult:
+def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: Any, on: str) -> CheckResult:
     """Judge one output against the reference for ``shape``."""
     label = spec.shape_label(shape)
 
@@ -146,21 +146,30 @@ def as_exported(value: Any, depth: int = 0) -> tuple[Any, str | None]:
 
 
 def _check_host(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: int) -> CheckResult:
-    """Call a host function once (no guard: plain Python is the exercise) and judge what it returns."""
+    """Call a host function once and judge its value the way the grader's judge does.
+
+    No guard (plain Python is the exercise); the value is seen as the judge receives it (``as_exported``),
+    and the reference is made afterwards from fresh inputs of the same seed, never from inputs the
+    function has used.
+    """
     label = spec.shape_label(shape)
+    on = device.info().torch_device
     started = time.perf_counter()
     try:
-        inputs = spec.make_inputs(shape, seed, "cpu")
-        reference = spec.reference(inputs)
-        out, problem = as_exported(fn(*inputs))
+        out, problem = as_exported(fn(*spec.make_inputs(shape, seed, on)))
     except Exception as error:  # a student's function may raise anything; it becomes a message
         out, problem = None, _explain_exception(error)
     else:
         if problem:
             problem = f"the grader does not accept what it returned: {problem}"
     seconds = time.perf_counter() - started
-    result = (CheckResult(spec.id, shape, False, f"{label}: {problem}") if problem
-              else compare(spec, shape, out, reference, "cpu"))
+    if problem:
+        result = CheckResult(spec.id, shape, False, f"{label}: {problem}")
+    else:
+        reference = spec.reference(spec.make_inputs(shape, seed, on))
+        if isinstance(reference, torch.Tensor):
+            reference = reference.cpu()
+        result = compare(spec, shape, out, reference, "cpu")
     result.seconds = seconds
     return result
 

@@ -101,3 +101,14 @@ def grading() -> bool:
 def info() -> DeviceInfo:
     """The device chosen by ``configure`` (configuring with the defaults if nothing was chosen)."""
     return _current or configure()
+
+
+def synchronize() -> None:
+    """Wait until all work queued on the course's device has finished.
+
+    On a GPU this is ``torch.cuda.synchronize()``; on a CPU it waits for the simulated asynchronous
+    device of ``course.async_work`` (Day 2), so a timer written with it is right on both.
+    """
+    from course import async_work
+
+    async_work.synchronize(info().torch_device)
