@@ -125,7 +125,7 @@ def judge(nb: NotebookNode, on_gpu: bool, not_run: dict[int, str] | None = None)
             text, ok = f"failed: {error.ename}: {lines[0]}" if lines[0] else f"failed: {error.ename}", False
             details = tuple(lines[1:9])
         elif not on_gpu and PENDING_GPU in _printed(cell):  # a CUDA C check without a GPU (course.check)
-            text, ok = "pending a GPU run", True
+            text, ok, visible = "pending a GPU run", True, False
         elif perf:
             text, ok = f"preview: {_printed(cell) or '(nothing printed)'}", True
         elif note is not None and _has_code(cell.source):

@@ -207,9 +207,9 @@ def test_a_source_that_does_not_compile_is_the_students_error(tmp_path):
 
 
 def _sources_handed_to_compile(notebook: Path) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(name, source, options) for each course.cuda.compile call of a notebook whose source is a constant."""
+    """(name, source, options) of each course.cuda.compile call of a notebook, its arguments read as constants."""
     cells = [c.source for c in nbformat.read(str(notebook), as_version=4).cells if c.cell_type == "code"]
-    constants: dict[str, str] = {}
+    constants: dict[str, object] = {}
     calls: list[ast.Call] = []
     for source in cells:
         try:
@@ -217,21 +217,28 @@ def _sources_handed_to_compile(notebook: Path) -> list[tuple[str, str, tuple[str
         except SyntaxError:
             continue
         for node in tree.body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and \
-                    isinstance(node.value.value, str):
-                constants.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+            if isinstance(node, ast.Assign):
+                try:
+                    value = ast.literal_eval(node.value)
+                except ValueError:
+                    continue
+                constants.update({t.id: value for t in node.targets if isinstance(t, ast.Name)})
         calls += [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func).endswith("cuda.compile")]
+
+    def constant(node: ast.expr | None) -> object:
+        if node is None:
+            return ()
+        return constants.get(node.id) if isinstance(node, ast.Name) else ast.literal_eval(node)
+
     found = []
     for call in calls:
         first = call.args[0] if call.args else None
-        name = first.id if isinstance(first, ast.Name) else "literal"
-        source = constants.get(name) if isinstance(first, ast.Name) else (
-            first.value if isinstance(first, ast.Constant) else None)
-        options_node = call.args[1] if len(call.args) > 1 else next(
-            (k.value for k in call.keywords if k.arg == "options"), None)
-        options = tuple(ast.literal_eval(options_node)) if options_node is not None else ()
-        assert source is not None, f"{notebook}: course.cuda.compile({ast.unparse(first)}) is not given a constant"
-        found.append((name, source, options))
+        options = constant(call.args[1] if len(call.args) > 1 else next(
+            (k.value for k in call.keywords if k.arg == "options"), None))
+        source = constant(first)
+        assert isinstance(source, str) and isinstance(options, tuple), \
+            f"{notebook}: {ast.unparse(call)} is not given constants"
+        found.append((first.id if isinstance(first, ast.Name) else "literal", source, options))
     return found
 
 
