@@ -230,10 +230,16 @@ def load_image(image: bytes) -> Any:
     return module
 
 
+_max_shared: dict[int, int] = {}
+
+
 def max_shared_bytes() -> int:
     """The most dynamic shared memory one block may ask for on this GPU (with the opt-in)."""
     runtime = _cupy().cuda.runtime
-    return int(runtime.deviceGetAttribute(_CUDA_DEV_ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, runtime.getDevice()))
+    device = runtime.getDevice()
+    if device not in _max_shared:
+        _max_shared[device] = int(runtime.deviceGetAttribute(_CUDA_DEV_ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device))
+    return _max_shared[device]
 
 
 @dataclass

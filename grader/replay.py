@@ -179,9 +179,6 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
     return Prepared(inputs, buffers, resolved, output)
 
 
-_max_shared: list[int] = []
-
-
 def _cuda_launch(launch: dict[str, Any], kernels: Kernels, buffers: dict[str, torch.Tensor]) -> tuple[Any, ...]:
     """One CUDA C launch, checked and resolved: (replay, grid, [packed arguments])."""
     name = launch.get("kernel")
@@ -194,10 +191,8 @@ def _cuda_launch(launch: dict[str, Any], kernels: Kernels, buffers: dict[str, to
         raise Unreplayable(f"CUDA kernel {name} was not built from the notebook's source")
     if launch["cuda"].get("source_sha256") != kernels.digests[key]:
         raise Unreplayable(f"CUDA kernel {name} as launched differs from the notebook's source")
-    if not _max_shared:
-        _max_shared.append(cuda.max_shared_bytes())
     grid, block, shared_mem = launch.get("grid"), launch.get("block"), launch.get("shared_mem")
-    problem = cuda.launch_problem(grid, block, shared_mem, _max_shared[0])
+    problem = cuda.launch_problem(grid, block, shared_mem, cuda.max_shared_bytes())
     if problem:
         raise Unreplayable(f"CUDA kernel {name}: {problem}")
     grid, block = cuda.dims(grid, "grid"), cuda.dims(block, "block")

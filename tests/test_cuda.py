@@ -108,6 +108,33 @@ def test_packed_parameters_point_at_each_value():
     assert values == [0x7F00_0000_1000, -2, 1.5] and packed.address != 0
 
 
+def test_the_driver_receives_each_value_at_the_address_it_is_given(monkeypatch):
+    """Function.launch hands cuLaunchKernel an array of pointers to the values (a fake driver reads them back)."""
+    import ctypes
+    from types import SimpleNamespace
+
+    seen: dict = {}
+
+    def launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        slots = (ctypes.c_void_p * 3).from_address(params)
+        seen.update(function=function, dims=(gx, gy, gz, bx, by, bz), shared=shared, stream=stream, extra=extra,
+                    values=(ctypes.c_uint64.from_address(slots[0]).value, ctypes.c_int32.from_address(slots[1]).value,
+                            ctypes.c_float.from_address(slots[2]).value))
+
+    attributes: list = []
+    driver = SimpleNamespace(launchKernel=launch_kernel, funcSetAttribute=lambda *a: attributes.append(a))
+    monkeypatch.setattr(cuda, "_cupy", lambda: SimpleNamespace(cuda=SimpleNamespace(driver=driver)))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: SimpleNamespace(cuda_stream=77))
+    function = cuda.Function(module=None, name="k", pointer=1234)
+    replay = cuda.Replay(function, (32, 8, 1), 64 * 1024)
+    replay[(3, 2, 1)](cuda.pack([("pointer", 0xDEAD_BEEF_00), ("int32", -7), ("float32", 0.25)]))
+    assert seen == {"function": 1234, "dims": (3, 2, 1, 32, 8, 1), "shared": 64 * 1024, "stream": 77, "extra": 0,
+                    "values": (0xDEAD_BEEF_00, -7, 0.25)}
+    assert attributes == [(1234, 8, 64 * 1024)]  # the opt-in above 48 KiB, set once
+    replay[(1, 1, 1)](cuda.pack([("pointer", 1), ("int32", 0), ("float32", 0.0)]))
+    assert len(attributes) == 1
+
+
 @pytest.mark.parametrize("grid, block, shared, problem", [
     ((4, 4), (32, 8), 0, None),
     (2**31 - 1, 1024, 48 * 1024, None),
