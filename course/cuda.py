@@ -179,7 +179,7 @@ def _cupy() -> Any:
     try:
         import cupy
     except ImportError as error:
-        raise NoGPU("CUDA C kernels need CuPy (pip install cupy-cuda12x) and a GPU") from error
+        raise NoGPU("CUDA C kernels need CuPy (cupy-cuda12x or cupy-cuda13x, as torch's CUDA) and a GPU") from error
     return cupy
 
 
