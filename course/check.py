@@ -4,6 +4,11 @@ Each shape gets fresh seeded random inputs; the call runs under ``course.guard.G
 allocations poisoned (NaN), so library matmuls are refused and unwritten elements show; the output's
 type, shape and device are checked, then its relative error against the spec's higher-precision
 reference. NaN and Inf never pass. Messages say which shape failed, by how much, and where.
+
+On a CPU (the Triton interpreter) ``check`` first prints the known interpreter/GPU divergences found
+in the source of the kernels the function launches (``course.divergence``). An exercise that forbids
+some library calls (``ExerciseSpec.forbidden_calls``) fails every shape of a function whose kernels
+make them, on either device.
 """
 
 from __future__ import annotations
@@ -17,9 +22,9 @@ from typing import Any
 
 import torch
 
-from course import device, record
+from course import device, divergence, record
 from course.guard import ForbiddenCallError, Guard, KernelDefinedTooEarly, user_cuda_kernels
-from course.spec import ExerciseSpec, Shape, get
+from course.spec import TOLERANCES, ExerciseSpec, Shape, get
 
 VISIBLE = "visible"
 HIDDEN = "hidden"
@@ -137,11 +142,37 @@ def shapes_for(spec: ExerciseSpec, which: str | Sequence[Shape]) -> tuple[Shape,
     return tuple(tuple(s) for s in which)
 
 
+def warn_divergences(spec: ExerciseSpec, fn: Callable[..., Any]) -> list[divergence.Divergence]:
+    """On a CPU, print the known interpreter/GPU divergences in the kernels ``fn`` launches; returns them."""
+    if spec.kind != "kernel" or not device.info().interpret:
+        return []
+    try:
+        found = divergence.check_function(fn, precision_matters=spec.tolerance < TOLERANCES["tf32"])
+    except Exception:  # reading arbitrary student source must never break the check itself
+        return []
+    if found:
+        print(divergence.report(found, getattr(fn, "__name__", "")))
+    return found
+
+
+def forbidden_problem(spec: ExerciseSpec, fn: Callable[..., Any]) -> str | None:
+    """Why ``fn``'s kernels break the spec's ban on some library calls (e.g. tl.dot), or None."""
+    if not spec.forbidden_calls:
+        return None
+    kernels, roots = divergence.kernels_of(fn)
+    return divergence.forbidden_problem(kernels, roots, spec.forbidden_calls)
+
+
 def check(spec_id: str | ExerciseSpec, fn: Callable[..., Any], shapes: str | Sequence[Shape] = VISIBLE,
           seed: int = 0) -> list[CheckResult]:
     """Check ``fn`` on each shape ("visible", "hidden" or a list); never raises for a bad ``fn``."""
     spec = get(spec_id)
     results: list[CheckResult] = []
+    warn_divergences(spec, fn)
+    banned = forbidden_problem(spec, fn)
+    if banned:
+        return [CheckResult(spec.id, shape, False, f"{spec.shape_label(shape)}: {banned}")
+                for shape in shapes_for(spec, shapes)]
     for i, shape in enumerate(shapes_for(spec, shapes)):
         if results and _gpu_unusable(results[-1]):
             # A CUDA error poisons the context: later shapes cannot run, and say so.
@@ -169,6 +200,7 @@ def assert_correct(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
     """
     spec = get(spec_id)
     if device.grading():
+        warn_divergences(spec, fn)
         print(f"{spec.title}: checked by the grader's judge, outside this notebook")
         return
     results = check(spec, fn, shapes, seed)

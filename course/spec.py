@@ -124,6 +124,10 @@ class ExerciseSpec:
     # Replaces the relative-error test when "correct" means something else (e.g. a time within a factor):
     # (output, reference, shape) -> (passed, message). The output's type, shape and dtype are checked first.
     accept: Callable[[Any, Any, Shape], tuple[bool, str]] | None = None
+    # Library functions the graded function's kernels must not reach, themselves or through kernels they call
+    # (e.g. ("tl.dot",) where the exercise is to do without it). The judge reads the kernels' source
+    # (course.divergence); a launch that reaches one, or a call it cannot resolve, fails every shape.
+    forbidden_calls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

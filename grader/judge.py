@@ -124,6 +124,26 @@ def _calls_of(export: dict[str, Any], spec_id: str) -> tuple[dict[str, Any], str
     return (entry.get("calls") if isinstance(entry.get("calls"), dict) else {}), entry.get("error")
 
 
+def _read_definitions(notebook_path: str) -> build_kernels.Definitions:
+    import nbformat
+
+    notebook = nbformat.read(notebook_path, as_version=4)  # the sanitized notebook: its syntax, never run
+    return build_kernels.read_definitions([c.source for c in notebook.cells if c.cell_type == "code"])
+
+
+def forbidden_problem(spec: Any, plan: Any, definitions: build_kernels.Definitions) -> str | None:
+    """Why the plan's kernels break the spec's ban on some library calls (read from their source), or None."""
+    if not spec.forbidden_calls or not isinstance(plan, dict):
+        return None
+    from course import divergence
+
+    names = {name: name for name in definitions.sources}
+    kernels = {name: divergence.KernelSource(name, source, first, definitions.aliases, names)
+               for name, (source, first) in definitions.sources.items()}
+    launched = [str(launch.get("kernel")) for launch in plan.get("launches") or [] if isinstance(launch, dict)]
+    return divergence.forbidden_problem(kernels, launched, spec.forbidden_calls)
+
+
 def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
                definitions: build_kernels.Definitions) -> tuple[bool, str]:
     """Provisional: the output the sandbox returned against the reference for the same seed."""
@@ -144,6 +164,9 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
         problem = build_kernels.kernel_problem(definitions, str(launch.get("kernel")))
         if problem:  # the GPU judge would refuse to build it: say so now
             return False, f"{label}: {problem}"
+    banned = forbidden_problem(spec, plan, definitions)
+    if banned:
+        return False, f"{label}: {banned}"
     name = recorded.get("output")
     path = outputs / Path(str(name)).name if name else None
     if path is None or not path.is_file():
@@ -194,13 +217,10 @@ def _judge_host(spec: Any, spec_job: dict[str, Any], export: dict[str, Any], arr
 
 
 def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
-    import nbformat
-
     from course import spec as specs
 
     export = read_export(Path(job["export"]))
-    notebook = nbformat.read(job["notebook"], as_version=4)  # the sanitized notebook: its syntax, never run
-    definitions = build_kernels.read_definitions([c.source for c in notebook.cells if c.cell_type == "code"])
+    definitions = _read_definitions(job["notebook"])
     kernels = {}
     for spec_job in job["kernels"]:
         spec = specs.get(spec_job["spec"])
@@ -270,12 +290,16 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
     output_shape = spec.output_shape
     sets: dict[str, Any] = {}
     broken: str | None = None  # a CUDA error ends all GPU work of this judge
+    definitions = _read_definitions(job["notebook"]) if spec.forbidden_calls else None
 
     def run_once(plan: Any, kernels_: Any, shape: tuple[int, ...], seed: int) -> tuple[bool, str]:
         nonlocal broken
         label = spec.shape_label(shape)
         if broken:
             return False, f"{label}: not run: {broken}"
+        banned = forbidden_problem(spec, plan, definitions) if definitions is not None else None
+        if banned:
+            return False, f"{label}: {banned}"
         inputs = spec.make_inputs(shape, seed, "cuda")
         try:
             out_shape = tuple(output_shape(shape))
