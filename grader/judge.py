@@ -131,17 +131,38 @@ def _read_definitions(notebook_path: str) -> build_kernels.Definitions:
     return build_kernels.read_definitions([c.source for c in notebook.cells if c.cell_type == "code"])
 
 
+def _kernel_sources(definitions: build_kernels.Definitions) -> dict[str, Any]:
+    from course import divergence
+
+    names = {name: name for name in definitions.sources}
+    return {name: divergence.KernelSource(name, source, first, definitions.aliases, names)
+            for name, (source, first) in definitions.sources.items()}
+
+
+def _launched(plan: Any) -> list[str]:
+    launches = plan.get("launches") if isinstance(plan, dict) else None
+    return [str(launch.get("kernel")) for launch in launches or [] if isinstance(launch, dict)]
+
+
 def forbidden_problem(spec: Any, plan: Any, definitions: build_kernels.Definitions) -> str | None:
     """Why the plan's kernels break the spec's ban on some library calls (read from their source), or None."""
     if not spec.forbidden_calls or not isinstance(plan, dict):
         return None
     from course import divergence
 
-    names = {name: name for name in definitions.sources}
-    kernels = {name: divergence.KernelSource(name, source, first, definitions.aliases, names)
-               for name, (source, first) in definitions.sources.items()}
-    launched = [str(launch.get("kernel")) for launch in plan.get("launches") or [] if isinstance(launch, dict)]
-    return divergence.forbidden_problem(kernels, launched, spec.forbidden_calls)
+    return divergence.forbidden_problem(_kernel_sources(definitions), _launched(plan), spec.forbidden_calls)
+
+
+def divergence_notes(spec: Any, calls: dict[str, Any], definitions: build_kernels.Definitions) -> list[str]:
+    """For a CPU verdict: the known interpreter/GPU divergences in the kernels the recorded calls launched."""
+    from course import divergence
+    from course.spec import TOLERANCES
+
+    plans = [call.get("plan") for call in calls.values() if isinstance(call, dict)]
+    launched = sorted({name for plan in plans for name in _launched(plan)})
+    found = divergence.scan(_kernel_sources(definitions), launched, spec.tolerance < TOLERANCES["tf32"])
+    return [f"NOTE the GPU may disagree: [{d.code}] {d.kernel}, line {d.line}: {d.detail or d.rule.title}; "
+            f"on a GPU {d.rule.gpu}" for d in found]
 
 
 def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
@@ -238,6 +259,9 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
                                              definitions)
             verdict["passed"] &= passed
             verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
+        notes = divergence_notes(spec, calls, definitions)
+        for verdict in sets.values():
+            verdict["messages"].extend(notes)
         kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}
     return {"kernels": kernels}
 
