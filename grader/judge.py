@@ -150,7 +150,11 @@ def forbidden_problem(spec: Any, plan: Any, definitions: build_kernels.Definitio
         return None
     from course import divergence
 
-    return divergence.forbidden_problem(_kernel_sources(definitions), _launched(plan), spec.forbidden_calls)
+    try:
+        return divergence.forbidden_problem(_kernel_sources(definitions), _launched(plan), spec.forbidden_calls)
+    except Exception as error:  # e.g. RecursionError on a pathological expression: refuse, as for any unknown call
+        return f"the grader could not read the kernels' source ({type(error).__name__}), and this exercise bans " \
+               f"{', '.join(spec.forbidden_calls)}"
 
 
 def divergence_notes(spec: Any, calls: dict[str, Any], definitions: build_kernels.Definitions) -> list[str]:
@@ -160,7 +164,10 @@ def divergence_notes(spec: Any, calls: dict[str, Any], definitions: build_kernel
 
     plans = [call.get("plan") for call in calls.values() if isinstance(call, dict)]
     launched = sorted({name for plan in plans for name in _launched(plan)})
-    found = divergence.scan(_kernel_sources(definitions), launched, spec.tolerance < TOLERANCES["tf32"])
+    try:
+        found = divergence.scan(_kernel_sources(definitions), launched, spec.tolerance < TOLERANCES["tf32"])
+    except Exception:  # notes only: a source the reader cannot handle leaves the verdict as it is
+        return []
     return [f"NOTE the GPU may disagree: [{d.code}] {d.kernel}, line {d.line}: {d.detail or d.rule.title}; "
             f"on a GPU {d.rule.gpu}" for d in found]
 

@@ -357,3 +357,16 @@ def test_cpu_verdicts_carry_notes_on_divergences_of_the_launched_kernels():
     assert len(notes) == 2 and all(n.startswith("NOTE the GPU may disagree: [unchecked-address] rank1") for n in notes)
     assert judge.divergence_notes(DAY6, {"visible-0": {"plan": {"launches": [{"kernel": "uses_dot"}]}}},
                                   definitions) == []
+
+
+def test_a_reader_failure_in_the_judge_refuses_a_ban_and_drops_only_the_notes(monkeypatch):
+    definitions = build_kernels.read_definitions(NOTEBOOK_CELLS)
+    plan = {"launches": [{"kernel": "rank1"}]}
+
+    def explode(*args, **kwargs):
+        raise RecursionError("deep")
+
+    monkeypatch.setattr(divergence, "forbidden_problem", explode)
+    monkeypatch.setattr(divergence, "scan", explode)
+    assert "could not read the kernels' source (RecursionError)" in judge.forbidden_problem(DAY6, plan, definitions)
+    assert judge.divergence_notes(DAY6, {"visible-0": {"plan": plan}}, definitions) == []
