@@ -38,13 +38,16 @@ RULES: dict[str, Rule] = {rule.code: rule for rule in (
          "each input; the interpreter ignores input_precision and multiplies in full fp32 (NumPy)",
          'pass input_precision="ieee" (or allow_tf32=False)',
          "Triton's tl.dot documentation (default precision tf32); InterpreterBuilder.create_dot in "
-         "triton/runtime/interpreter.py (np.matmul, input_precision unused)", precision=True),
+         "triton/runtime/interpreter.py (np.matmul, input_precision unused); Triton 3.6 compiling for sm_90 "
+         "writes inputPrecision = tf32 into the TTGIR", precision=True),
     Rule("sum-to-dot", "tl.sum over a broadcast product x[:, :, None] * y[None, :, :]",
          "the compiler rewrites the sum of a broadcast product into a tl.dot at TF32 precision "
          "(CombineBroadcastMulReducePattern); the interpreter multiplies and sums elementwise in fp32",
          'write tl.dot(x, y, input_precision="ieee"), or accumulate rank-1 updates '
          "acc += x_col[:, None] * y_row[None, :] without a sum",
-         "lib/Dialect/Triton/Transforms/Combine.cpp in triton-lang/triton; triton-lang/triton#9609", precision=True),
+         "CombineBroadcastMulReducePattern in lib/Dialect/Triton/Transforms/Combine.cpp (triton-lang/triton), "
+         "triton-lang/triton#9609; Triton 3.6 compiling for sm_90 writes tt.dot with inputPrecision = tf32, for "
+         "this operand order only", precision=True),
     Rule("lost-update", "a tl.load and tl.store of the same addresses in every program, without atomics",
          "the interpreter runs the programs one after another, so each read sees the previous program's write; "
          "a GPU runs them at the same time, and concurrent read-modify-writes lose updates",
@@ -321,15 +324,12 @@ def _expanded(kernel: _Kernel, node: ast.expr, axis: int) -> bool:
 
 
 def _broadcast_product(kernel: _Kernel, node: ast.expr | None) -> bool:
+    """x[:, :, None] * y[None, :, :], in that order: Triton 3.6 leaves y[None] * x[:, :, None] alone (compiled
+    for sm_90 and read back from the TTGIR)."""
     if node is None:
         return False
-    for value in kernel.value_of(node):
-        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult):
-            left, right = value.left, value.right
-            if (_expanded(kernel, left, 2) and _expanded(kernel, right, 0)) or (
-                    _expanded(kernel, right, 2) and _expanded(kernel, left, 0)):
-                return True
-    return False
+    return any(isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult) and _expanded(kernel, value.left, 2)
+               and _expanded(kernel, value.right, 0) for value in kernel.value_of(node))
 
 
 def _line(kernel: _Kernel, node: ast.AST) -> int:

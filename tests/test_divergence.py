@@ -109,6 +109,7 @@ def test_a_sum_of_broadcast_products_is_found(update):
     "acc += tl.sum(a, axis=1)[:, None] * tl.sum(b, axis=0)[None, :]",  # a rank-1 update: no broadcast summed
     "acc += tl.sum(a * b, axis=0)[None, :]",  # an elementwise product: no broadcast
     "acc += tl.sum(a[:, None] * b, axis=0)",  # 2-D: not the 3-D pattern the compiler rewrites
+    "acc += tl.sum(b[None, :, :] * a[:, :, None], axis=1)",  # the other order: Triton 3.6 keeps it in fp32
 ])
 def test_sums_the_compiler_leaves_alone_are_not_flagged(update):
     body = textwrap.dedent("""
