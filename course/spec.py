@@ -130,6 +130,10 @@ class ExerciseSpec:
     # "cuda": CUDA C through course.cuda, which has no CPU interpreter: without a GPU its checks and
     # grades are pending (never passed or failed), where Triton kernels are checked in the interpreter.
     language: str = "triton"
+    # Library functions the graded function's kernels must not reach, themselves or through kernels they call
+    # (e.g. ("tl.dot",) where the exercise is to do without it). The judge reads the kernels' source
+    # (course.divergence); a launch that reaches one, or a call it cannot resolve, fails every shape.
+    forbidden_calls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -18,7 +18,7 @@ import ast
 import hashlib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,9 @@ class Definitions:
     lines: list[list[str]]  # per cell: the lines to define (others blank), so line numbers stay right
     jit_options: dict[str, dict[str, Any]]  # kernel name -> literal options of its triton.jit
     refused: dict[str, str]  # kernel name -> why it cannot be built
+    # kernel name -> (its source from the def line, the line that starts it in its cell): for course.divergence
+    sources: dict[str, tuple[str, int]] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)  # constant -> the library path it names (d = tl.dot)
 
 
 def read_definitions(cells: list[str]) -> Definitions:
@@ -135,8 +138,14 @@ def read_definitions(cells: list[str]) -> Definitions:
                 found.jit_options[node.name] = options
                 first = node.lineno  # the def line itself: decorators are applied below, not run
                 kept[first - 1:node.end_lineno] = lines[first - 1:node.end_lineno]
+                found.sources[node.name] = ("\n".join(lines[first - 1:node.end_lineno]), first)
             elif _constant_assignment(node):
                 kept[node.lineno - 1:node.end_lineno] = lines[node.lineno - 1:node.end_lineno]
+                for target in node.targets:
+                    if _library_path(node.value):
+                        found.aliases[target.id] = _dotted(node.value)
+                    else:
+                        found.aliases.pop(target.id, None)
     return found
 
 
