@@ -92,7 +92,7 @@ def fraction_of_roof(m: Measurement) -> float:
 
 def accept_label(out: object, ref: str, shape: Shape) -> tuple[bool, str]:
     if type(out) is not str:
-        return False, f"returned a {type(out).__name__}, expected the str 'memory' or 'compute'"
+        return False, f"returned {repr(out)[:80]}, expected the str 'memory' or 'compute'"
     if out not in LABELS:
         return False, f"returned {out[:40]!r}: the answer is 'memory' or 'compute'"
     if out != ref:
@@ -102,7 +102,7 @@ def accept_label(out: object, ref: str, shape: Shape) -> tuple[bool, str]:
 
 def accept_fraction(out: object, ref: float, shape: Shape) -> tuple[bool, str]:
     if type(out) not in (float, int):
-        return False, f"returned a {type(out).__name__}, expected a plain Python float (wrap it in float())"
+        return False, f"returned {repr(out)[:80]}, expected a plain Python float (wrap it in float())"
     if not math.isfinite(out):
         return False, f"returned {out}, expected a finite fraction"
     error = abs(out - ref) / abs(ref)

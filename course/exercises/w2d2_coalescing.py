@@ -110,9 +110,10 @@ SPEC = register(
                 kind="vs_reference",
                 points=2.0,
                 # PROVISIONAL: set from the lead's H100 measurement of the reference solution (64 x 64 tiles).
-                bands=((0.50, 0.25), (0.70, 0.5), (0.85, 0.75), (0.95, 1.0)),
+                # Full points at 90%: the reference itself measures about 1.0, give or take the run's noise.
+                bands=((0.50, 0.25), (0.70, 0.5), (0.80, 0.75), (0.90, 1.0)),
                 precision="fp32, exact; GB/s against the course's reference transpose",
-                description="bandwidth as a fraction of the reference solution, same run; full points at 95%",
+                description="bandwidth as a fraction of the reference solution, same run; full points at 90%",
             ),
         ),
         spot_error=exact_error,
