@@ -5,7 +5,7 @@ element, exactly what a copy of the same matrix moves. So its speed is stated in
 with torch's copy (``Tensor.clone``) of the input, in the same run: a transpose whose reads and
 writes are both coalesced gets close to it. The output must equal ``x.T`` bit for bit (no
 arithmetic, so nothing to round). Shapes include non-square ones, single rows and columns, and
-sides that are no multiple of any tile; the benchmark shapes are well past the L2 cache (50 MiB on
+sides that are no multiple of any tile; the benchmark shapes are well past the L2 cache (50 MB on
 an H100), so the traffic really goes to DRAM.
 """
 
@@ -88,7 +88,7 @@ SPEC = register(
             gpu=((4097, 1023), (3, 70001), (65537, 2), (2048, 4096)),
             cpu=((33, 257), (130, 1), (129, 65), (2, 3)),
         ),
-        # Each is 256 MiB or more of fp32, five times the H100's 50 MiB L2; the last has odd sides, so
+        # 229 to 256 MiB of fp32 each, over four times the H100's 50 MB L2; the last has odd sides, so
         # its rows are not 16-byte aligned and its edge tiles are partial.
         bench_shapes=ShapeSet(
             gpu=((8192, 8192), (16384, 4096), (5003, 12007)),
