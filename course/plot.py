@@ -45,7 +45,9 @@ def roofline(peak_gflops: float, peak_gbps: float, points: Mapping[str, tuple[fl
     """
     fig, ax = plt.subplots(figsize=(6, 4))
     ridge = peak_gflops / peak_gbps
-    xs = [ridge / 64, ridge, ridge * 64]
+    intensities = [intensity for intensity, _ in points.values() if intensity > 0]
+    # The roof spans 64x either side of the ridge, and past every point (a copy-like kernel sits far left).
+    xs = [min([ridge / 64, *(i / 2 for i in intensities)]), ridge, max([ridge * 64, *(i * 2 for i in intensities)])]
     ax.plot(xs, [min(peak_gflops, peak_gbps * x) for x in xs], color="black", label="roof")
     for name, (intensity, achieved) in points.items():
         ax.scatter([intensity], [achieved], label=name, zorder=3)
