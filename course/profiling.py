@@ -119,7 +119,7 @@ def summary(text: str, device_name: str) -> str:
             continue
         m = measurement_from_ncu(metrics, peaks.fp32_tflops if peaks else 0.0,
                                  peaks.memory_gbps / 1e3 if peaks else 0.0)
-        seconds = m.time_ms * 1e-3
+        seconds = m.time_ms / 1e3
         lines.append(f"  derived: {m.dram_bytes / seconds / 1e9:.1f} GB/s from DRAM, "
                      f"{m.flops / seconds / 1e9:.1f} GFLOP/s (fp32), "
                      f"{m.flops / m.dram_bytes if m.dram_bytes else float('inf'):.3g} FLOP per DRAM byte")

@@ -78,16 +78,14 @@ def make_inputs(shape: Shape, seed: int, device: str) -> Inputs:
 
 def bound(m: Measurement) -> str:
     """The roofline rule: below the ridge point the kernel is memory-bound, at or above it compute-bound."""
-    intensity = m.flops / m.dram_bytes
-    ridge = m.peak_tflops / m.peak_tbps
-    return "memory" if intensity < ridge else "compute"
+    ridge = m.peak_tflops / m.peak_tbps  # FLOP per byte where the two roofs meet
+    return "compute" if m.flops >= ridge * m.dram_bytes else "memory"
 
 
 def fraction_of_roof(m: Measurement) -> float:
-    seconds = m.time_ms * 1e-3
     if bound(m) == "memory":
-        return m.dram_bytes / seconds / (m.peak_tbps * 1e12)
-    return m.flops / seconds / (m.peak_tflops * 1e12)
+        return m.dram_bytes / (m.time_ms * 1e-3) / (m.peak_tbps * 1e12)
+    return m.flops / (m.time_ms * 1e-3) / (m.peak_tflops * 1e12)
 
 
 def accept_label(out: object, ref: str, shape: Shape) -> tuple[bool, str]:
