@@ -99,17 +99,18 @@ SPEC = register(
                 name="vs_copy",
                 kind="vs_baseline",
                 points=2.0,
-                # PROVISIONAL: set from the lead's H100 measurement. The course's target is a tiled transpose
-                # at 90% of copy bandwidth or more; the odd shape may keep the geometric mean below that.
-                bands=((0.50, 0.25), (0.70, 0.5), (0.80, 0.75), (0.90, 1.0)),
+                # Measured on an H100 (bench/RESULTS.md): the reference (64 x 64 tiles) reached 0.98 and 0.97 of
+                # torch's copy on the two aligned shapes and 0.77 on the odd one (rows not 16-byte aligned: no
+                # vector loads), 0.90 on the geometric mean; the naive transposes 0.31 (strided reads) and 0.14
+                # (strided writes). Full points at 0.80 leave room for drift and other GPUs; the naive ones get none.
+                bands=((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
                 precision="fp32, exact; GB/s against torch's copy (Tensor.clone) of the same matrix",
-                description="bandwidth as a fraction of torch copying the same matrix, same run; full points at 90%",
+                description="bandwidth as a fraction of torch copying the same matrix, same run; full points at 80%",
             ),
             Threshold(
                 name="vs_reference",
                 kind="vs_reference",
                 points=2.0,
-                # PROVISIONAL: set from the lead's H100 measurement of the reference solution (64 x 64 tiles).
                 # Full points at 90%: the reference itself measures about 1.0, give or take the run's noise.
                 bands=((0.50, 0.25), (0.70, 0.5), (0.80, 0.75), (0.90, 1.0)),
                 precision="fp32, exact; GB/s against the course's reference transpose",
