@@ -256,6 +256,14 @@ def test_the_solution_compiles_for_sm90_to_the_model_with_async_copies_when_pipe
     assert small.shared == SMEM.reference((64, 64, 32, 3, 2))
 
 
+def test_on_an_a100_the_solution_needs_one_buffer_fewer_from_two_stages_on(solution):
+    """What section 3 says of compute capability 8.0: mma copies operands to registers, freeing the buffer."""
+    made = pipelining.compile_matmul(solution.matmul_kernel, 128, 128, 64, 8, (1, 3), arch=80)
+    assert made[1].shared == SMEM.reference((128, 128, 64, 1, 2))
+    assert made[3].shared == SMEM.reference((128, 128, 64, 2, 2)) and made[3].cp_async > 0
+    assert made[1].wgmma == made[3].wgmma == 0
+
+
 def test_compile_matmul_refuses_another_signature():
     def other(x_ptr, n, BLOCK: int) -> None:
         pass
