@@ -136,12 +136,13 @@ def explain(error: BaseException, block_m: int, block_n: int, block_k: int, stag
     return f"{type(error).__name__}: {str(error)[:300]}"
 
 
-# Compiles the course's matmul kernel for a given GPU and prints the shared memory of each stage count, as
-# JSON. It runs in a process of its own: the Triton interpreter (no GPU) replaces parts of triton.language
-# in the notebook's process, so compiling there fails. The kernel signature is the course's (Week 1 Day 7
-# and this day): three pointers, M, N, K, six strides, three block sizes. Contiguous inputs make stride_ak,
-# stride_bn and stride_cn equal to 1, which Triton compiles as constants; every other integer of a
-# 4096-sized problem is divisible by 16, which Triton records as an attribute.
+# Compiles the course's matmul kernel for a given GPU and prints, as JSON, each stage count's shared memory
+# and how many of the PTX's instructions are asynchronous copies, wgmma multiplies and ordinary loads. It
+# runs in a process of its own: the Triton interpreter (no GPU) replaces parts of triton.language in the
+# notebook's process, so compiling there fails. The kernel signature is the course's (Week 1 Day 7 and this
+# day): three pointers, M, N, K, six strides, three block sizes. Contiguous inputs make stride_ak, stride_bn
+# and stride_cn equal to 1, which Triton compiles as constants; every other integer of a 4096-sized problem
+# is divisible by 16, which Triton records as an attribute.
 _COMPILE_SCRIPT = r"""
 import json, os, re, sys, tempfile
 import triton
