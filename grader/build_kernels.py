@@ -5,9 +5,11 @@ run recorded. It keeps only the top-level ``@triton.jit`` functions of the noteb
 (and module-level constants made of literals), checks before running anything that each
 decorator, default value and annotation is plain (no Python runs at definition time), defines
 those functions and nothing else, and compiles each recorded specialisation for the judge's GPU
-with Triton's own compiler. It writes each kernel's TTGIR and an index. The judge replays only
-these builds, so a kernel the notebook does not define, or a binary a student supplied, is never
-run, and a recorded launch whose kernel differs from the build is refused.
+with Triton's own compiler. It writes each kernel's TTGIR and an index. CUDA C launches
+(``course.cuda``) are built by ``grader.build_cuda`` from the notebook's top-level string constants,
+into the same index. The judge replays only these builds, so a kernel the notebook does not define,
+or a binary a student supplied, is never run, and a recorded launch whose kernel differs from the
+build is refused.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from grader import build_cuda
 
 LIBRARY_ROOTS = ("triton", "tl")
 MAX_KERNELS = 64
@@ -183,12 +187,18 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
     notebook = nbformat.read(request["notebook"], as_version=4)
     cells = [c.source for c in notebook.cells if c.cell_type == "code"]
     kernels, refused = kernel_definitions(cells, out / "src")
+    constants = build_cuda.string_constants(cells)
     target = GPUTarget(**request["target"])
     exported = json.loads(Path(request["export"]).read_text(encoding="utf-8"))
     index: dict[str, Any] = {}
     for entry in exported.get("kernels", {}).values():
         for call in entry.get("calls", {}).values():
             for launch in (call.get("plan") or {}).get("launches", []):
+                if "cuda" in launch:
+                    key = build_cuda.launch_key(launch)
+                    if key not in index and len(index) < MAX_KERNELS:
+                        index[key] = build_cuda.build_launch(launch, constants, int(target.arch), out)
+                    continue
                 key = launch_key(launch)
                 if key in index or len(index) >= MAX_KERNELS:
                     continue

@@ -207,6 +207,12 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
         if spec.kind == "host":
             kernels[spec.id] = _judge_host(spec, spec_job, export, Path(job["export"]) / "arrays", "cpu")
             continue
+        if spec.language == "cuda":  # no interpreter for CUDA C: neither passed nor failed here
+            sets = {call["set"]: {"pending": True, "passed": False, "provisional": True,
+                                  "messages": ["pending a GPU run: CUDA C kernels run only on a GPU"]}
+                    for call in spec_job["calls"]}
+            kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}
+            continue
         calls, error = _calls_of(export, spec.id)
         sets: dict[str, Any] = {}
         for call in spec_job["calls"]:
