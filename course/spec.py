@@ -128,6 +128,10 @@ class ExerciseSpec:
     # "cuda": CUDA C through course.cuda, which has no CPU interpreter: without a GPU its checks and
     # grades are pending (never passed or failed), where Triton kernels are checked in the interpreter.
     language: str = "triton"
+    # Grade ids of the answer cells this exercise's kernels must be defined in (empty: anywhere in the
+    # notebook). The judge refuses a launch of a kernel defined elsewhere, e.g. an earlier exercise's
+    # kernel launched again under this exercise's name (grader/provenance.py).
+    kernel_cells: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import build_kernels, results
+from grader import build_kernels, provenance, results
 
 MAX_ANSWER_BYTES = 16 * 2**20
 
@@ -214,6 +214,7 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
             kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}
             continue
         calls, error = _calls_of(export, spec.id)
+        allowed = _allowed(spec, notebook.cells)
         sets: dict[str, Any] = {}
         for call in spec_job["calls"]:
             verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": True})
@@ -222,10 +223,18 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
             else:
                 passed, message = _cpu_check(spec, call, calls[call["key"]], Path(job["export"]) / "outputs",
                                              definitions)
+                foreign = passed and allowed and provenance.foreign_launch(calls[call["key"]].get("plan"), allowed)
+                if foreign:
+                    passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {foreign}"
             verdict["passed"] &= passed
             verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
         kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}
     return {"kernels": kernels}
+
+
+def _allowed(spec: Any, cells: list[Any]) -> provenance.Allowed | None:
+    """The kernels ``spec`` may launch (those its kernel_cells define), or None when any kernel may count."""
+    return provenance.allowed_kernels(cells, spec.kernel_cells) if spec.kernel_cells else None
 
 
 def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
@@ -266,6 +275,7 @@ def _budget(inputs: tuple[Any, ...], output_shape: tuple[int, ...]) -> int:
 
 def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export: dict[str, Any],
                 kernels: Any, reference_export: dict[str, Any], reference_kernels: Any) -> dict[str, Any]:
+    import nbformat
     import torch
 
     from course import bench
@@ -276,12 +286,16 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
     output_shape = spec.output_shape
     sets: dict[str, Any] = {}
     broken: str | None = None  # a CUDA error ends all GPU work of this judge
+    allowed = _allowed(spec, nbformat.read(job["notebook"], as_version=4).cells) if spec.kernel_cells else None
 
     def run_once(plan: Any, kernels_: Any, shape: tuple[int, ...], seed: int) -> tuple[bool, str]:
         nonlocal broken
         label = spec.shape_label(shape)
         if broken:
             return False, f"{label}: not run: {broken}"
+        foreign = allowed and provenance.foreign_launch(plan, allowed)
+        if foreign:
+            return False, f"{label}: {foreign}"
         inputs = spec.make_inputs(shape, seed, "cuda")
         try:
             out_shape = tuple(output_shape(shape))
