@@ -6,8 +6,8 @@ final rounding of C to 16 bits. That last rounding alone costs a relative error 
 unit roundoff (2**-11 for fp16, 2**-8 for bf16), far below the 1e-2 tolerance. An accumulator kept in
 fp16 instead rounds after every tensor-core instruction, and its error grows like the square root of
 the number of roundings: the GPU's hidden set holds a shape with K = 2**20 + 3, where that costs
-several times the tolerance (``fp16_accumulation_error`` models it), while an fp32 accumulator stays
-near the 1e-4 of the final rounding. The interpreter's hidden set on a CPU cannot reach such a K in
+several times the tolerance (``fp16_accumulation_error`` models it), while an fp32 accumulator leaves
+little but the final rounding (about 2e-4 for an fp16 C). The interpreter's hidden set on a CPU cannot reach such a K in
 reasonable time, so there an fp16 accumulator passes, provisionally.
 
 cuBLAS is timed beside the student with reduced-precision reductions off, so it too accumulates in
