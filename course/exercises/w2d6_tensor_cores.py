@@ -17,12 +17,13 @@ fp32 only: the library doing exactly what the exercise asks.
 from __future__ import annotations
 
 import math
-import random
 from collections.abc import Callable
 
 import torch
 
-from course.exercises.matmul_fp32 import freivalds_error
+# Day 7's checks serve here unchanged: Freivalds' test of timed outputs, and two odd hidden shapes per run
+# (each side 1, a prime or an odd size; at most 3001 on a GPU, 70 in the interpreter).
+from course.exercises.matmul_fp32 import draw_hidden, freivalds_error
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
 
 # Held from import time (before any student code runs), so rebinding torch.mm later cannot slow the baselines.
@@ -87,24 +88,6 @@ def fp16_accumulation_error(k: int, chunk: int) -> float:
     instruction's depth (16 for fp16); in the interpreter it is the kernel's BLOCK_K.
     """
     return 0.3 * 2.0**-11 * math.sqrt(k / chunk)
-
-
-_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 251, 509, 1021, 2039, 3001)
-
-
-def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
-    """Two shapes per grading run: each side 1, a prime, or an odd size, kept small for the interpreter."""
-    limit = 3001 if has_gpu else 70
-
-    def side() -> int:
-        choice = rng.random()
-        if choice < 0.15:
-            return 1
-        if choice < 0.6:
-            return rng.choice([p for p in _PRIMES if p <= limit])
-        return rng.randrange(1, limit + 1, 2)
-
-    return tuple((side(), side(), side()) for _ in range(2))
 
 
 # Non-square shapes, shapes that are no multiple of any power-of-two tile, a single row, and (hidden,
