@@ -296,9 +296,13 @@ def install() -> None:
         recording = _current()
         if recording is None or warmup:
             return compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
-        from triton.runtime.driver import driver
+        # Only a GPU call has a stream to compare; on a CPU a compiled (non-interpreted) kernel has no driver,
+        # and its launch below fails with the guard's message rather than here.
+        stream = None
+        if recording.stream is not None:
+            from triton.runtime.driver import driver
 
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
+            stream = driver.active.get_current_stream(driver.active.get_current_device())
         recording.in_launch += 1
         try:
             kernel = compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
