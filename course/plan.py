@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from course import descriptors
 
 PLAN_VERSION = 1
 # Options a launch may set; the builder compiles the notebook's kernel with exactly these.
@@ -132,10 +134,15 @@ class _Recording:
     poison: bool = False
 
     def locate(self, address: int) -> dict[str, Any] | None:
+        found = self.locate_in_buffer(address)
+        return found[0] if found else None
+
+    def locate_in_buffer(self, address: int) -> tuple[dict[str, Any], int] | None:
+        """Where an address points ({buffer, offset}) and that buffer's size in bytes, or None."""
         # Later allocations first: the caching allocator may hand out an address range again.
         for buffer in [*reversed(self.allocations), *self.inputs]:
             if buffer.base <= address < buffer.base + max(buffer.nbytes, 1):
-                return {"buffer": buffer.name, "offset": address - buffer.base}
+                return {"buffer": buffer.name, "offset": address - buffer.base}, buffer.nbytes
         return None
 
     def problem(self, text: str) -> None:
@@ -230,7 +237,13 @@ def _record_launch(jit_fn: Any, args: tuple, kwargs: dict, grid: Any, kernel: An
     for (name, kind), value in zip(signature.items(), bound_args.values(), strict=True):
         if kind == "constexpr":
             continue
-        if kind.startswith("*"):
+        if kind.startswith("tensordesc"):
+            entry, problem = _describe_descriptor(recording, value, name, launch["kernel"])
+            if entry is None:
+                recording.problem(problem)
+                return
+            arguments.append({"name": name, "descriptor": entry})
+        elif kind.startswith("*"):
             address = value.data_ptr() if hasattr(value, "data_ptr") else int(value)
             where = recording.locate(address)
             if where is None:
@@ -257,12 +270,38 @@ def _record_launch(jit_fn: Any, args: tuple, kwargs: dict, grid: Any, kernel: An
     recording.launches.append(launch)
 
 
+def _describe_descriptor(recording: _Recording, value: Any, name: str, kernel: str) -> tuple[dict[str, Any] | None,
+                                                                                         str]:
+    """A tensor-descriptor argument as plan data, or the problem that makes it unreplayable."""
+    if not descriptors.is_descriptor(value):
+        return None, (f"argument {name} of kernel {kernel} is a kind of tensor descriptor the judge cannot replay "
+                      "(use triton.tools.tensor_descriptor.TensorDescriptor)")
+    entry, problem = descriptors.describe(value, recording.locate_in_buffer)
+    return entry, "" if entry is not None else f"the tensor descriptor {name} of kernel {kernel} {problem}"
+
+
+def _check_descriptors(recording: _Recording, kernel: str, names: list[str], args: tuple, kwargs: dict) -> None:
+    """Before a launch: refuse (and do not run) one whose tensor descriptor reaches outside its buffer."""
+    for name, value in [*zip(names, args, strict=False), *kwargs.items()]:
+        if descriptors.is_descriptor(value):
+            entry, problem = _describe_descriptor(recording, value, name, kernel)
+            if entry is None:
+                recording.problem(problem)
+                raise RuntimeError(f"not launched: {problem}")
+
+
 def _record_interpreted(fn: Any, args: tuple, grid: Any) -> None:
     """Add one interpreter launch (CPU): the kernel, grid and where each tensor argument points."""
     recording = _current()
     arguments = []
     for name, value in zip(fn.arg_names, args, strict=False):
-        if isinstance(value, torch.Tensor):
+        if descriptors.is_descriptor(value):
+            entry, problem = _describe_descriptor(recording, value, name, fn.__name__)
+            if entry is None:
+                recording.problem(problem)
+                return
+            arguments.append({"name": name, "descriptor": entry})
+        elif isinstance(value, torch.Tensor):
             where = recording.locate(value.data_ptr())
             if where is None:
                 recording.problem(f"argument {name} of kernel {fn.__name__} points to memory that is neither "
@@ -292,6 +331,7 @@ def install() -> None:
         from triton.runtime.driver import driver
 
         stream = driver.active.get_current_stream(driver.active.get_current_device())
+        _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
         recording.in_launch += 1
         try:
             kernel = compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
@@ -308,6 +348,7 @@ def install() -> None:
         recording = _current()
         if recording is None or warmup:
             return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
         recording.in_launch += 1
         try:
             _record_interpreted(self, args, grid)
@@ -367,6 +408,28 @@ def _describe_output(recording: _Recording, out: Any) -> dict[str, Any] | None:
             "shape": list(out.shape), "stride": list(out.stride()), "dtype": str(out.dtype).removeprefix("torch.")}
 
 
+def snapshot_inputs(inputs: tuple[Any, ...]) -> list[torch.Tensor | None]:
+    """Copies of the tensor inputs (None for other inputs), to tell afterwards whether a call wrote to them."""
+    return [value.detach().clone() if isinstance(value, torch.Tensor) else None for value in inputs]
+
+
+def changed_inputs(before: Sequence[Any], inputs: tuple[Any, ...]) -> list[int]:
+    """Positions of tensor inputs that differ from what they were (``before``: copies, or the same inputs made
+    afresh from their seed); NaN equals NaN at the same place, and non-tensor inputs are skipped."""
+    changed = []
+    for i, (old, new) in enumerate(zip(before, inputs, strict=True)):
+        if not isinstance(old, torch.Tensor):
+            continue
+        same = old.shape == new.shape and old.dtype == new.dtype
+        if same and (old.is_floating_point() or old.is_complex()):
+            same = bool(((old == new) | (old.isnan() & new.isnan())).all())
+        elif same:
+            same = torch.equal(old, new)
+        if not same:
+            changed.append(i)
+    return changed
+
+
 def record_call(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
     """Call ``fn(*inputs)`` once and return its output with the plan of what it did.
 
@@ -374,6 +437,7 @@ def record_call(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, d
     alpha) is replayed as recorded, so a spec makes such inputs from the shape, never from the seed.
     """
     install()
+    before = snapshot_inputs(inputs)
     with _recording(inputs) as recording:
         try:
             out = fn(*inputs)
@@ -382,6 +446,9 @@ def record_call(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, d
         except Exception as error:  # a student's function may raise anything; it is reported as data
             recording.problem(f"the graded function raised {type(error).__name__}: {str(error)[:300]}")
             out = None
+    changed = changed_inputs(before, inputs)
+    if changed:
+        recording.problem(f"the graded function changed its input {changed[0]}: inputs are read-only")
     plan: dict[str, Any] = {"version": PLAN_VERSION, "problems": recording.problems,
                             "inputs": describe_inputs(inputs),
                             "allocations": [{"name": b.name, **b.info} for b in recording.allocations],
