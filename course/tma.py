@@ -48,13 +48,17 @@ def plot_boxes(panels: Mapping[str, Boxes], title: str) -> Figure:
         for i, (row, col) in enumerate(panel.origins):
             inside_rows = max(0, min(block_rows, rows - row))
             inside_cols = max(0, min(block_cols, cols - col))
-            colour = plt.cm.viridis(i / max(1, len(panel.origins) - 1))
-            ax.add_patch(Rectangle((col, row), block_cols, block_rows, fill=False, edgecolor=colour, linewidth=1.6))
-            ax.add_patch(Rectangle((col, row), inside_cols, inside_rows, facecolor=colour, alpha=0.35))
-            if inside_rows < block_rows or inside_cols < block_cols:
-                ax.add_patch(Rectangle((col, row), block_cols, block_rows, fill=False, hatch="///",
-                                       edgecolor=colour, linewidth=0, alpha=0.6))
-            ax.text(col + block_cols / 2, row + block_rows / 2, str(i), ha="center", va="center", fontsize=8)
+            colour = plt.cm.tab10(i % 10)
+            ax.add_patch(Rectangle((col, row), inside_cols, inside_rows, facecolor=colour, alpha=0.45))
+            outside = [((col + inside_cols, row), block_cols - inside_cols, block_rows),  # right of the matrix
+                       ((col, row + inside_rows), inside_cols, block_rows - inside_rows)]  # below it
+            for corner, width, height in outside:
+                if width > 0 and height > 0:
+                    ax.add_patch(Rectangle(corner, width, height, fill=False, hatch="///", edgecolor=colour,
+                                           linewidth=0))
+            ax.add_patch(Rectangle((col, row), block_cols, block_rows, fill=False, edgecolor=colour, linewidth=1.8))
+            ax.text(col + block_cols / 2, row + block_rows / 2, str(i), ha="center", va="center", fontsize=9,
+                    fontweight="bold")
             far_rows, far_cols = max(far_rows, row + block_rows), max(far_cols, col + block_cols)
         ax.set_xlim(-0.02 * far_cols, far_cols * 1.02)
         ax.set_ylim(far_rows * 1.02, -0.02 * far_rows)  # row 0 at the top, as a matrix is written
@@ -66,3 +70,32 @@ def plot_boxes(panels: Mapping[str, Boxes], title: str) -> Figure:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
+
+
+# What to count in a kernel's PTX to see how its tiles travel (static counts: instructions in the code,
+# not how often they run).
+PTX_INSTRUCTIONS = (
+    ("TMA tile copies (cp.async.bulk.tensor)", r"\bcp\.async\.bulk\.tensor\."),
+    ("per-thread async copies (cp.async)", r"\bcp\.async\.c[ag]\."),
+    ("plain global loads (ld.global)", r"\bld\.global\."),
+    ("tensor-core MMAs (wgmma.mma_async)", r"\bwgmma\.mma_async\."),
+    ("barrier operations (mbarrier)", r"\bmbarrier\."),
+)
+
+
+def count_instructions(ptx: str) -> dict[str, int]:
+    """How many of each instruction kind of ``PTX_INSTRUCTIONS`` the PTX text holds."""
+    import re
+
+    return {name: len(re.findall(pattern, ptx)) for name, pattern in PTX_INSTRUCTIONS}
+
+
+def compiled_ptx(kernel: object) -> str | None:
+    """PTX of the variant of a ``@triton.jit`` kernel this process compiled last (None in the interpreter,
+    or before its first launch)."""
+    latest = None
+    for cache in getattr(kernel, "device_caches", {}).values():
+        for compiled in cache[0].values():
+            compiled = compiled.result() if hasattr(compiled, "result") else compiled
+            latest = getattr(compiled, "asm", {}).get("ptx", latest)
+    return latest

@@ -401,3 +401,32 @@ def test_a_descriptor_plan_replays_on_fresh_buffers(tmp_path):
     forged["launches"][0]["arguments"][1]["descriptor"]["shape"] = [256, 72]
     with pytest.raises(replay.Unreplayable, match="reaches byte"):
         replay.prepare(forged, (fresh,), kernels, torch.float16, (200, 72), 2**26)
+
+
+# ------------------------------------------------------------------------------------- today's helpers
+
+def test_boxes_walk_one_block_at_a_time_past_the_edge():
+    from course import tma as pictures
+
+    assert pictures.boxes_along((192, 0), (64, 64), 150, axis=1) == [(192, 0), (192, 64), (192, 128)]
+    assert pictures.boxes_along((0, 64), (64, 32), 100, axis=0) == [(0, 64), (64, 64)]
+    figure = pictures.plot_boxes({"A": pictures.Boxes((200, 150), (64, 64), [(192, 128)])}, "edge")
+    assert len(figure.axes) == 1 and len(figure.axes[0].patches) >= 4  # matrix, inside, outside strips, outline
+    with pytest.raises(ValueError):
+        pictures.plot_boxes({}, "nothing")
+
+
+def test_instruction_counts_tell_tma_from_per_thread_copies():
+    from course import tma as pictures
+
+    ptx = "\n".join([
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2, {%r3, %r4}], [%r5];",
+        "@%p1 cp.async.cg.shared.global [ %r7 + 0 ], [ %rd8 + 0 ], 0x10, %r9;",
+        "mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r1], %r10;",
+        "ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];",
+    ])
+    counts = pictures.count_instructions(ptx)
+    assert counts["TMA tile copies (cp.async.bulk.tensor)"] == 1
+    assert counts["per-thread async copies (cp.async)"] == 1
+    assert counts["barrier operations (mbarrier)"] == 1 and counts["plain global loads (ld.global)"] == 1
+    assert pictures.compiled_ptx(object()) is None
