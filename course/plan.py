@@ -280,14 +280,33 @@ def _describe_descriptor(recording: _Recording, value: Any, name: str, kernel: s
     return entry, "" if entry is not None else f"the tensor descriptor {name} of kernel {kernel} {problem}"
 
 
-def _check_descriptors(recording: _Recording, kernel: str, names: list[str], args: tuple, kwargs: dict) -> None:
-    """Before a launch: refuse (and do not run) one whose tensor descriptor reaches outside its buffer."""
+def _check_descriptors(recording: _Recording | None, kernel: str, names: list[str], args: tuple, kwargs: dict) -> None:
+    """Before a launch: refuse (and do not run) one whose tensor descriptor reaches outside its memory.
+
+    While a call is recorded that memory is the input or allocation the descriptor points into; at
+    any other time (a warm-up call, the notebook's own runs) it is the storage of the tensor the
+    descriptor was made from. Out of it, TMA would write over other memory, and the interpreter over
+    the host's heap.
+    """
     for name, value in [*zip(names, args, strict=False), *kwargs.items()]:
-        if descriptors.is_descriptor(value):
+        if not descriptors.is_descriptor(value):
+            continue
+        if recording is not None:
             entry, problem = _describe_descriptor(recording, value, name, kernel)
             if entry is None:
                 recording.problem(problem)
                 raise RuntimeError(f"not launched: {problem}")
+            continue
+        storage = value.base.untyped_storage() if hasattr(value.base, "untyped_storage") else None
+        if storage is None:
+            continue
+
+        def own_storage(address: int, storage: Any = storage) -> tuple[dict[str, Any], int]:
+            return {"buffer": "storage", "offset": address - storage.data_ptr()}, storage.nbytes()
+
+        entry, problem = descriptors.describe(value, own_storage)
+        if entry is None:
+            raise RuntimeError(f"not launched: the tensor descriptor {name} of kernel {kernel} {problem}")
 
 
 def _record_interpreted(fn: Any, args: tuple, grid: Any) -> None:
@@ -316,7 +335,8 @@ _installed = False
 
 
 def install() -> None:
-    """Wrap Triton's launch entry points once (they record only while ``record_call`` runs)."""
+    """Wrap Triton's launch entry points once: they record only while ``record_call`` runs, and check
+    tensor descriptors before every launch."""
     global _installed
     if _installed:
         return
@@ -327,6 +347,8 @@ def install() -> None:
     def recording_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         recording = _current()
         if recording is None or warmup:
+            if not warmup:
+                _check_descriptors(None, self.fn.__name__, self.arg_names, args, kwargs)
             return compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         from triton.runtime.driver import driver
 
@@ -347,6 +369,8 @@ def install() -> None:
     def recording_interpreted(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         recording = _current()
         if recording is None or warmup:
+            if not warmup:
+                _check_descriptors(None, self.fn.__name__, self.arg_names, args, kwargs)
             return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
         recording.in_launch += 1

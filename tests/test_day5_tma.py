@@ -195,6 +195,25 @@ def test_a_call_that_writes_its_input_is_not_replayable(tmp_path):
     assert not torch.equal(x, kept)
 
 
+def test_outside_a_recording_a_descriptor_past_its_tensor_is_not_launched(tmp_path):
+    cell = _module(tmp_path, "tma_cell_unrecorded")
+    plan.install()
+    (x,) = _x()
+    with pytest.raises(RuntimeError, match="not launched: the tensor descriptor out_desc of kernel tile_copy"):
+        cell.double(x, rows=48)
+    assert torch.equal(cell.double(x), x * 2)
+
+
+def test_the_warm_up_call_gets_inputs_of_its_own(tmp_path):
+    from course import export
+
+    cell = _module(tmp_path, "tma_cell_warmup")
+    namespace = {"matmul_tma": lambda a, b: cell.double(torch.zeros_like(b), base=b)}  # sets b to zeros
+    job = {"spec": "w2d5.matmul_tma", "calls": [{"key": "k", "shape": [40, 24, 16], "seed": 3}], "warmup": True}
+    recorded = export._record_kernel(namespace, job, "cpu", tmp_path / "outputs")["calls"]["k"]["plan"]
+    assert any("changed its input 1" in p for p in recorded["problems"]), recorded["problems"]
+
+
 def test_unchanged_inputs_pass_and_nan_equals_nan():
     x = torch.tensor([1.0, float("nan"), 3.0])
     assert plan.changed_inputs(plan.snapshot_inputs((x, 5)), (x, 5)) == []
