@@ -7,6 +7,11 @@ reference. NaN and Inf never pass. Messages say which shape failed, by how much,
 A host function (``kind="host"``: plain Python) runs without the guard, and what it returns is judged
 as the grader's judge will receive it (``as_exported``); a spec's ``accept`` rule, where it has one,
 replaces the relative-error test.
+
+On a CPU (the Triton interpreter) ``check`` first prints the known interpreter/GPU divergences found
+in the source of the kernels the function launches (``course.divergence``). An exercise that forbids
+some library calls (``ExerciseSpec.forbidden_calls``) fails every shape of a function whose kernels
+make them, on either device.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from course import device, plan, record
+from course import device, divergence, plan, record
 from course.guard import ForbiddenCallError, Guard, KernelDefinedTooEarly, user_cuda_kernels
-from course.spec import ExerciseSpec, Shape, get
+from course.spec import TOLERANCES, ExerciseSpec, Shape, get
 
 VISIBLE = "visible"
 HIDDEN = "hidden"
@@ -234,11 +239,40 @@ def shapes_for(spec: ExerciseSpec, which: str | Sequence[Shape]) -> tuple[Shape,
     return tuple(tuple(s) for s in which)
 
 
+def warn_divergences(spec: ExerciseSpec, fn: Callable[..., Any]) -> list[divergence.Divergence]:
+    """On a CPU, print the known interpreter/GPU divergences in the kernels ``fn`` launches; returns them."""
+    if spec.kind != "kernel" or not device.info().interpret:
+        return []
+    try:
+        found = divergence.check_function(fn, precision_matters=spec.tolerance < TOLERANCES["tf32"])
+    except Exception:  # reading arbitrary student source must never break the check itself
+        return []
+    if found:
+        print(divergence.report(found, getattr(fn, "__name__", "")))
+    return found
+
+
+def forbidden_problem(spec: ExerciseSpec, fn: Callable[..., Any]) -> str | None:
+    """Why ``fn``'s kernels break the spec's ban on some library calls (e.g. tl.dot), or None."""
+    if not spec.forbidden_calls:
+        return None
+    try:
+        kernels, roots = divergence.kernels_of(fn)
+        return divergence.forbidden_problem(kernels, roots, spec.forbidden_calls)
+    except Exception:  # a preview only: the judge reads the launched kernels' source itself
+        return None
+
+
 def check(spec_id: str | ExerciseSpec, fn: Callable[..., Any], shapes: str | Sequence[Shape] = VISIBLE,
           seed: int = 0) -> list[CheckResult]:
     """Check ``fn`` on each shape ("visible", "hidden" or a list); never raises for a bad ``fn``."""
     spec = get(spec_id)
     results: list[CheckResult] = []
+    warn_divergences(spec, fn)
+    banned = forbidden_problem(spec, fn)
+    if banned:
+        return [CheckResult(spec.id, shape, False, f"{spec.shape_label(shape)}: {banned}")
+                for shape in shapes_for(spec, shapes)]
     for i, shape in enumerate(shapes_for(spec, shapes)):
         if results and _gpu_unusable(results[-1]):
             # A CUDA error poisons the context: later shapes cannot run, and say so.
@@ -263,10 +297,16 @@ def assert_correct(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
     """Check ``fn`` and raise ``AssertionError`` listing every failing shape; print a summary.
 
     When the grader runs the notebook this preview is skipped: the judge decides, from the recorded plan.
+    A CUDA C exercise without a GPU prints that it is pending and raises nothing.
     """
     spec = get(spec_id)
     if device.grading():
+        warn_divergences(spec, fn)
         print(f"{spec.title}: checked by the grader's judge, outside this notebook")
+        return
+    if spec.language == "cuda" and not device.info().has_gpu:
+        print(f"{spec.title}: pending a GPU run (CUDA C kernels cannot run without a GPU; the grader's GPU "
+              "judge checks them)")
         return
     results = check(spec, fn, shapes, seed)
     report = "\n".join(r.line() for r in results)

@@ -45,7 +45,9 @@ def roofline(peak_gflops: float, peak_gbps: float, points: Mapping[str, tuple[fl
     """
     fig, ax = plt.subplots(figsize=(6, 4))
     ridge = peak_gflops / peak_gbps
-    xs = [ridge / 64, ridge, ridge * 64]
+    intensities = [intensity for intensity, _ in points.values() if intensity > 0]
+    # The roof spans 64x either side of the ridge, and past every point (a copy-like kernel sits far left).
+    xs = [min([ridge / 64, *(i / 2 for i in intensities)]), ridge, max([ridge * 64, *(i * 2 for i in intensities)])]
     ax.plot(xs, [min(peak_gflops, peak_gbps * x) for x in xs], color="black", label="roof")
     for name, (intensity, achieved) in points.items():
         ax.scatter([intensity], [achieved], label=name, zorder=3)
@@ -93,6 +95,38 @@ def program_grid(panels: Mapping[str, Sequence[Sequence[float]]], title: str, an
         if array.shape[0] == 1:
             ax.set_yticks([0])
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def tile_reuse(sides: Sequence[int], loaded_bytes: Sequence[float], title: str,
+               gflops: Mapping[int, float] | None = None) -> Figure:
+    """Bytes a tiled matmul loads against its (square) tile side, 1 meaning untiled; beside it, when
+    measured, the GFLOP/s of each tile side (``gflops`` maps a side to its rate; missing sides are skipped)."""
+    if len(sides) != len(loaded_bytes):
+        raise ValueError(f"{len(loaded_bytes)} traffic values for {len(sides)} tile sides")
+    panels = 2 if gflops else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 3.6), squeeze=False)
+    labels = ["untiled" if side == 1 else f"{side}x{side}" for side in sides]
+    traffic = axes[0][0]
+    traffic.plot(list(sides), [b / 2**30 for b in loaded_bytes], marker="o")
+    traffic.set_ylabel("A and B loaded (GiB, caches ignored)")
+    traffic.set_yscale("log")
+    traffic.set_title("computed traffic", fontsize=10)
+    if gflops:
+        speed = axes[0][1]
+        measured = [side for side in sides if side in gflops]
+        speed.plot(measured, [gflops[side] for side in measured], marker="o", color="C1")
+        speed.set_ylabel("GFLOP/s")
+        speed.set_ylim(bottom=0)
+        speed.set_title("measured speed", fontsize=10)
+    for ax in axes[0]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(sides), labels, fontsize=8)
+        ax.minorticks_off()
+        ax.set_xlabel("tile of C per program")
+        ax.grid(alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig

@@ -32,6 +32,7 @@ TOLERANCES = {
 
 RATE_UNITS = ("GFLOP/s", "GB/s")
 KINDS = ("kernel", "host")
+LANGUAGES = ("triton", "cuda")  # what a "kernel" spec's kernels are written in
 
 THRESHOLD_KINDS = ("absolute", "vs_baseline", "vs_reference")
 
@@ -126,12 +127,21 @@ class ExerciseSpec:
     # (output, reference, shape) -> (passed, message). A tensor output's shape, dtype and device are checked
     # first; any other output (a float, a list) goes to ``accept`` as it is, which checks its type.
     accept: Callable[[Any, Any, Shape], tuple[bool, str]] | None = None
+    # "cuda": CUDA C through course.cuda, which has no CPU interpreter: without a GPU its checks and
+    # grades are pending (never passed or failed), where Triton kernels are checked in the interpreter.
+    language: str = "triton"
+    # Library functions the graded function's kernels must not reach, themselves or through kernels they call
+    # (e.g. ("tl.dot",) where the exercise is to do without it). The judge reads the kernels' source
+    # (course.divergence); a launch that reaches one, or a call it cannot resolve, fails every shape.
+    forbidden_calls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.id}: kind must be one of {KINDS}, not {self.kind!r}")
         if self.rate_unit not in RATE_UNITS:
             raise ValueError(f"{self.id}: rate_unit must be one of {RATE_UNITS}, not {self.rate_unit!r}")
+        if self.language not in LANGUAGES:
+            raise ValueError(f"{self.id}: language must be one of {LANGUAGES}, not {self.language!r}")
         if self.precision not in TOLERANCES:
             raise ValueError(f"{self.id}: precision must be one of {sorted(TOLERANCES)}, not {self.precision!r}")
 
