@@ -89,6 +89,10 @@ def configure(mode: str | None = None) -> DeviceInfo:
             f"the course already runs on {_current.kind}; restart the kernel to switch to {chosen.kind}"
         )
     os.environ["TRITON_INTERPRET"] = "0" if use_gpu else "1"
+    if not use_gpu:
+        from course import interpreter_fixes
+
+        interpreter_fixes.install()  # bf16 tl.dot in the interpreter
     _current = chosen
     return chosen
 

@@ -134,6 +134,10 @@ class ExerciseSpec:
     # (e.g. ("tl.dot",) where the exercise is to do without it). The judge reads the kernels' source
     # (course.divergence); a launch that reaches one, or a call it cannot resolve, fails every shape.
     forbidden_calls: tuple[str, ...] = ()
+    # Grade ids of the answer cells this exercise's kernels must be defined in (empty: anywhere in the
+    # notebook). The judge refuses a launch of a kernel defined elsewhere, e.g. an earlier exercise's
+    # kernel launched again under this exercise's name (grader/provenance.py).
+    kernel_cells: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import build_kernels, results
+from grader import build_kernels, provenance, results
 
 MAX_ANSWER_BYTES = 16 * 2**20
 
@@ -124,11 +124,14 @@ def _calls_of(export: dict[str, Any], spec_id: str) -> tuple[dict[str, Any], str
     return (entry.get("calls") if isinstance(entry.get("calls"), dict) else {}), entry.get("error")
 
 
-def _read_definitions(notebook_path: str) -> build_kernels.Definitions:
+def _notebook_cells(notebook_path: str) -> list[Any]:
     import nbformat
 
-    notebook = nbformat.read(notebook_path, as_version=4)  # the sanitized notebook: its syntax, never run
-    return build_kernels.read_definitions([c.source for c in notebook.cells if c.cell_type == "code"])
+    return nbformat.read(notebook_path, as_version=4).cells  # the sanitized notebook: its syntax, never run
+
+
+def _read_definitions(notebook_path: str) -> build_kernels.Definitions:
+    return build_kernels.read_definitions([c.source for c in _notebook_cells(notebook_path) if c.cell_type == "code"])
 
 
 def _kernel_sources(definitions: build_kernels.Definitions) -> dict[str, Any]:
@@ -178,6 +181,7 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
     import torch
 
     from course.check import compare
+    from course.export import BF16_BITS
 
     shape = tuple(call["shape"])
     label = spec.shape_label(shape)
@@ -200,6 +204,10 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
     if path is None or not path.is_file():
         return False, f"{label}: no output was returned"
     out = torch.from_numpy(np.load(path, allow_pickle=False))
+    if recorded.get("output_dtype") == BF16_BITS:  # NumPy has no bf16: the export kept its bits
+        if out.dtype != torch.int16:
+            return False, f"{label}: the output's bf16 bits are malformed"
+        out = out.view(torch.bfloat16)
     reference = spec.reference(spec.make_inputs(shape, call["seed"], "cpu"))
     result = compare(spec, shape, out, reference, "cpu")
     return result.passed, result.message
@@ -264,6 +272,7 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
             kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}
             continue
         calls, error = _calls_of(export, spec.id)
+        allowed = _allowed(spec, _notebook_cells(job["notebook"])) if spec.kernel_cells else None
         sets: dict[str, Any] = {}
         for call in spec_job["calls"]:
             verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": True})
@@ -272,6 +281,9 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
             else:
                 passed, message = _cpu_check(spec, call, calls[call["key"]], Path(job["export"]) / "outputs",
                                              definitions)
+                foreign = passed and allowed and provenance.foreign_launch(calls[call["key"]].get("plan"), allowed)
+                if foreign:
+                    passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {foreign}"
             verdict["passed"] &= passed
             verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
         notes = divergence_notes(spec, calls, definitions)
@@ -279,6 +291,11 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
             verdict["messages"].extend(notes)
         kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}
     return {"kernels": kernels}
+
+
+def _allowed(spec: Any, cells: list[Any]) -> provenance.Allowed | None:
+    """The kernels ``spec`` may launch (those its kernel_cells define), or None when any kernel may count."""
+    return provenance.allowed_kernels(cells, spec.kernel_cells) if spec.kernel_cells else None
 
 
 def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
@@ -331,6 +348,7 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
     sets: dict[str, Any] = {}
     broken: str | None = None  # a CUDA error ends all GPU work of this judge
     definitions = _read_definitions(job["notebook"]) if spec.forbidden_calls else None
+    allowed = _allowed(spec, _notebook_cells(job["notebook"])) if spec.kernel_cells else None
 
     def run_once(plan: Any, kernels_: Any, shape: tuple[int, ...], seed: int) -> tuple[bool, str]:
         nonlocal broken
@@ -340,6 +358,9 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
         banned = forbidden_problem(spec, plan, definitions) if definitions is not None else None
         if banned:
             return False, f"{label}: {banned}"
+        foreign = allowed and provenance.foreign_launch(plan, allowed)
+        if foreign:
+            return False, f"{label}: {foreign}"
         inputs = spec.make_inputs(shape, seed, "cuda")
         try:
             out_shape = tuple(output_shape(shape))
