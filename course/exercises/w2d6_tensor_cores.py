@@ -103,10 +103,9 @@ def _thresholds(label: str) -> tuple[Threshold, ...]:
     library = f"cuBLAS {label} GEMM with fp32 accumulation (reduced-precision reductions off)"
     exercise = f"{label} inputs, fp32 accumulation, {label} output"
     return (
-        # PROVISIONAL: set from the lead's H100 measurement.
-        # The reference is a plain 128 x 128 x 64 tl.dot kernel without grouped program ordering; a plain
-        # grouped fp16 kernel measured 0.87 of cuBLAS at 4096 and 0.96 at 8192 (DESIGN.md), so this one is
-        # expected somewhat lower. Full marks at 0.60 leave room for that, other GPUs and run-to-run drift;
+        # Measured on an H100 (bench/RESULTS.md, bench/tensor_core_formats.py): the reference (a plain
+        # 128 x 128 x 64 tl.dot kernel without grouped ordering) reached 0.80 of cuBLAS fp16 and of cuBLAS
+        # bf16 (0.84 at 4096, 0.76-0.77 at 8192). Full marks at 0.60 leave room for other GPUs and drift;
         # a kernel that leaves the tensor cores idle (fp32 FMA arithmetic) lands below the lowest band.
         Threshold(
             name="vs_cublas",
@@ -116,7 +115,6 @@ def _thresholds(label: str) -> tuple[Threshold, ...]:
             precision=f"{exercise}, against {library}",
             description=f"speed as a fraction of cuBLAS {label}, same run; full points at 60%",
         ),
-        # PROVISIONAL: set from the lead's H100 measurement.
         # Full marks at 85% of the course's reference kernel, measured in the same run.
         Threshold(
             name="vs_reference",
