@@ -2,8 +2,13 @@
 
 A plan (``course.plan``) is untrusted JSON. ``prepare`` checks it against bounds before anything
 runs (known kernels from the course's own build, grid sizes, buffer sizes and offsets, the output
-view inside its buffer), allocates its buffers (uninitialised ones filled with NaN), and resolves
-every argument; ``launch`` then only launches the kernels, so it can be timed alone.
+view inside its buffer, the global scratch memory a kernel asks for), allocates its buffers
+(uninitialised ones filled with NaN), and resolves every argument; ``launch`` then only launches the
+kernels, so it can be timed alone.
+
+A kernel that builds TMA descriptors on the device (``tl.make_tensor_descriptor``) needs global
+scratch memory at launch, which Triton asks the allocator set by ``triton.set_allocator`` for. The
+notebook's allocator is student Python, so the judge installs its own (``scratch_allocator``).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from grader.build_kernels import launch_key
 
 MAX_LAUNCHES = 64
 MAX_PROGRAMS = 2**24
+MAX_SCRATCH_BYTES = 256 * 2**20  # global scratch per launch (a TMA descriptor is 128 bytes per program)
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 DTYPES = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64", "int8", "int16",
                                                   "int32", "int64", "uint8", "bool")}
@@ -114,6 +120,20 @@ def _output_view(buffers: dict[str, torch.Tensor], description: Any, dtype: torc
     return torch.as_strided(typed, shape, stride, offset // itemsize)
 
 
+def scratch_bytes(kernel: Any, grid: tuple[int, int, int]) -> int:
+    """Global scratch one launch of a compiled kernel takes: its per-program size times the programs (and CTAs)."""
+    metadata = kernel.metadata
+    per_program = int(getattr(metadata, "global_scratch_size", 0) or 0)
+    return per_program * grid[0] * grid[1] * grid[2] * int(getattr(metadata, "num_ctas", 1) or 1)
+
+
+def scratch_allocator(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+    """The judge's global scratch for one launch (Triton's allocator protocol; torch aligns it to 512 bytes)."""
+    if size > MAX_SCRATCH_BYTES or alignment > 512:
+        raise Unreplayable(f"a kernel asked for {size} bytes of global scratch aligned to {alignment}")
+    return torch.empty(size, dtype=torch.uint8, device="cuda")
+
+
 def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: torch.dtype,
             output_shape: tuple[int, ...], max_bytes: int) -> Prepared:
     """Check ``plan`` and set up one replay of it on ``inputs``; raises Unreplayable with the reason."""
@@ -151,6 +171,9 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
                 or any(g > limit for g, limit in zip(grid, GRID_LIMITS, strict=True))
                 or grid[0] * grid[1] * grid[2] > MAX_PROGRAMS):
             raise Unreplayable(f"kernel {name} has a grid of {str(grid)[:60]} programs, outside the judge's bounds")
+        if scratch_bytes(kernels.compiled[key], tuple(grid)) > MAX_SCRATCH_BYTES:
+            raise Unreplayable(f"kernel {name} needs more than {MAX_SCRATCH_BYTES // 2**20} MiB of global scratch "
+                               "memory for this grid")
         arguments = []
         for argument in launch.get("arguments") or []:
             if "pointer" in argument:
@@ -159,6 +182,9 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
                 arguments.append(decode_value(argument.get("scalar") or {}))
         resolved.append((kernels.compiled[key], tuple(grid), arguments))
     output = _output_view(buffers, plan.get("output"), output_dtype, output_shape)
+    import triton
+
+    triton.set_allocator(scratch_allocator)  # a context variable: set here, where the launches will run
     return Prepared(inputs, buffers, resolved, output)
 
 
