@@ -15,7 +15,7 @@ import pytest
 import torch
 import triton
 
-from course import check, plan, plot, spec
+from course import check, device, plan, plot, spec
 from course.exercises import w2d7_gemm_fp16 as day7
 from grader import build_kernels, replay
 from grader.layout import REPO, SOLUTIONS
@@ -168,16 +168,18 @@ def test_thresholds_name_their_precision_and_the_full_band_is_the_issue_s_80_per
     assert set(GEMM.correctness_cells) | set(ORDER.correctness_cells) <= set(points)
 
 
-def test_the_solution_passes_every_cpu_shape_through_both_kernels(solution):
+def test_the_solution_passes_every_shape_through_both_kernels(solution):
     for which in ("visible", "hidden"):
         results = check.check(GEMM, solution.matmul_fp16, which)
         assert all(r.passed for r in results), [r.message for r in results if not r.passed]
-    kernels = {}
-    for shape in (*GEMM.visible_shapes.cpu, *GEMM.hidden_shapes.cpu):
-        _, recorded = plan.record_call(solution.matmul_fp16, GEMM.make_inputs(shape, 0, "cpu"))
+    on = device.info()
+    # The visible set: two shapes with 16-byte aligned rows (TMA), then one with K = 65 or 257 (plain loads).
+    launched = []
+    for shape in GEMM.visible_shapes.for_device(on.has_gpu):
+        _, recorded = plan.record_call(solution.matmul_fp16, GEMM.make_inputs(shape, 0, on.torch_device))
         assert recorded["problems"] == []
-        kernels[shape] = [launch["kernel"] for launch in recorded["launches"]]
-    assert kernels[(100, 72, 40)] == ["matmul_tma_kernel"] and kernels[(1, 33, 65)] == ["matmul_kernel"]
+        launched.append(recorded["launches"][-1]["kernel"])  # on a GPU, after the autotuner's own launches
+    assert launched == ["matmul_tma_kernel", "matmul_tma_kernel", "matmul_kernel"]
 
 
 def test_autotuning_prunes_to_the_biggest_tiles_that_fill_the_gpu(solution, monkeypatch):
@@ -193,7 +195,8 @@ def test_autotuning_prunes_to_the_biggest_tiles_that_fill_the_gpu(solution, monk
     assert kept(4096, 4096) == [(128, 256), (256, 128), (128, 128)]
     assert kept(1000, 1032) == [(64, 128), (64, 64)]
     assert kept(512, 512) == [(64, 64)]  # nothing fills 132 SMs: the smallest tiles
-    assert len(solution.gemm_configs(tma=True)) == len(solution.gemm_configs(tma=False)) == 1  # interpreter
+    most = 1 if device.info().interpret else 8  # the interpreter cannot time configurations
+    assert 1 <= len(solution.gemm_configs(tma=False)) <= len(solution.gemm_configs(tma=True)) <= most
 
 
 # --- compiled for an H100 without one ---------------------------------------------------------------
@@ -275,7 +278,7 @@ def test_the_wave_footprint_names_the_panels_each_order_reads():
 
 def test_the_sweep_launches_each_variant_as_the_notebook_does(sweep, solution):
     shape = (40, 48, 64)
-    a, b = GEMM.make_inputs(shape, 3, "cpu")
+    a, b = GEMM.make_inputs(shape, 3, device.info().torch_device)
     expected = GEMM.reference((a, b))
     small = sweep.Config(32, 32, 32, 1, 1)
     for variant in sweep.VARIANTS:
