@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import nbformat
+import numpy as np
 import pytest
 import torch
 import triton
@@ -58,17 +59,17 @@ def order_fn():
 # --- w2d7.tile_order ------------------------------------------------------------------------------
 
 def test_the_order_reference_is_right_on_hand_checked_grids():
-    assert day7.order_reference((5, 3, 2)).tolist() == [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9, 11], [12, 13, 14]]
-    assert day7.order_reference((2, 3, 1)).tolist() == [[0, 1, 2], [3, 4, 5]]  # group_m = 1: row-major
-    assert day7.order_reference((3, 2, 8)).tolist() == [[0, 3], [1, 4], [2, 5]]  # one group: column-major
-    assert day7.order_reference((5, 3, 2)).dtype == torch.int64
+    assert day7.order_reference((5, 3, 2)) == [[0, 2, 4], [1, 3, 5], [6, 8, 10], [7, 9, 11], [12, 13, 14]]
+    assert day7.order_reference((2, 3, 1)) == [[0, 1, 2], [3, 4, 5]]  # group_m = 1: row-major
+    assert day7.order_reference((3, 2, 8)) == [[0, 3], [1, 4], [2, 5]]  # one group: column-major
+    assert all(type(v) is int for row in day7.order_reference((5, 3, 2)) for v in row)
 
 
 def test_every_order_is_a_permutation_and_matches_the_kernel_arithmetic():
     rng = random.Random(0)
     for _ in range(200):
         m, n, g = rng.randint(1, 30), rng.randint(1, 30), rng.randint(1, 12)
-        order = day7.order_reference((m, n, g))
+        order = torch.tensor(day7.order_reference((m, n, g)))
         assert sorted(order.flatten().tolist()) == list(range(m * n))
         pid_m, pid_n = day7.tile_coordinates(torch.arange(m * n), m, n, g)
         assert torch.equal(order[pid_m, pid_n], torch.arange(m * n))
@@ -91,16 +92,26 @@ def test_the_solution_order_passes_and_wrong_orders_fail(order_fn):
         return torch.arange(m * n, dtype=torch.int64).view(m, n)
 
     def full_groups_only(m, n, g):  # the last group taken as g rows tall, as if g divided m
-        order = torch.empty((m, n), dtype=torch.int64)
+        order = [[-1] * n for _ in range(m)]
         for position in range(m * n):
             group, local = divmod(position, g * n)
-            order[min(group * g + local % g, m - 1), local // g] = position
+            order[min(group * g + local % g, m - 1)][local // g] = position
         return order
 
     for wrong in (row_major, full_groups_only):
         assert not all(r.passed for r in check.check(ORDER, wrong, "visible"))
-    [as_int32] = check.check(ORDER, lambda m, n, g: order_fn(m, n, g).int(), [(4, 6, 2)])
-    assert not as_int32.passed and "dtype" in as_int32.message
+    right = day7.order_reference((5, 3, 2))
+    accepted = {"rows of ints": right, "an int64 tensor": torch.tensor(right), "an int32 array": np.array(right,
+                dtype=np.int32)}
+    for what, value in accepted.items():
+        assert day7.accept_order(value, right, (5, 3, 2))[0], what
+    refused = {"floats": [[float(v) for v in row] for row in right], "bools": [[True] * 3] * 5,
+               "a float tensor": torch.tensor(right, dtype=torch.float64), "one row short": right[:4],
+               "a flat list": sum(right, []), "a swapped pair": [[2, 0, 4], *right[1:]]}
+    for what, value in refused.items():
+        assert not day7.accept_order(value, right, (5, 3, 2))[0], what
+    passed, message = day7.accept_order([[2, 0, 4], *right[1:]], right, (5, 3, 2))
+    assert "2 of 15 tiles" in message and "tile (0, 0) has 2, expected 0" in message
 
 
 # --- w2d7.matmul_fp16 -----------------------------------------------------------------------------

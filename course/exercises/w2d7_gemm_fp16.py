@@ -1,10 +1,11 @@
 """Week 2 Day 7: an optimized fp16 GEMM. Two graded functions.
 
-``w2d7.tile_order`` (host): the launch position of every output tile under grouped ordering, as a
-(num_pid_m, num_pid_n) int64 tensor. Grouped ordering walks ``group_m`` rows of tiles at a time,
-column by column; the last group is shorter when ``group_m`` does not divide ``num_pid_m``, which is
-where most wrong versions go wrong (and where the Week 2 source notebook computed the grouped ids
-and then used the plain ones). The answer is exact.
+``w2d7.tile_order`` (host): the launch position of every output tile under grouped ordering, as
+``num_pid_m`` lists of ``num_pid_n`` ints (a 2-D integer tensor or array is accepted too). Grouped
+ordering walks ``group_m`` rows of tiles at a time, column by column; the last group is shorter when
+``group_m`` does not divide ``num_pid_m``, which is where most wrong versions go wrong (the Week 2
+source notebook computed grouped ids and then used the plain ones). The answer is exact. It is plain
+data, not a tensor on the grading device, so the notebook's check on a GPU judges it as the judge does.
 
 ``w2d7.matmul_fp16`` (kernel): C = A @ B with fp16 inputs, fp32 accumulation and an fp16 output.
 The reference is fp64. Rounding the exact result to fp16 alone costs a relative error near 2e-4
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import random
 import secrets
+from typing import Any
 
+import numpy as np
 import torch
 
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
@@ -50,14 +53,35 @@ def tile_coordinates(tile_ids: torch.Tensor, num_pid_m: int, num_pid_n: int,
     return first_m + local % rows_in_group, local // rows_in_group
 
 
-def order_reference(inputs: Inputs) -> torch.Tensor:
-    """order[pid_m, pid_n] = the launch position of that tile."""
+def order_reference(inputs: Inputs) -> list[list[int]]:
+    """order[pid_m][pid_n] = the launch position of that tile."""
     num_pid_m, num_pid_n, group_m = inputs
     positions = _arange(num_pid_m * num_pid_n, dtype=torch.int64)
     pid_m, pid_n = tile_coordinates(positions, num_pid_m, num_pid_n, group_m)
     order = _empty((num_pid_m, num_pid_n), dtype=torch.int64)
     order[pid_m, pid_n] = positions
-    return order
+    return order.tolist()
+
+
+def accept_order(out: Any, reference: list[list[int]], shape: Shape) -> tuple[bool, str]:
+    """The same launch position for every tile; rows of ints (or an integer tensor or array), nothing else."""
+    num_pid_m, num_pid_n, group_m = shape
+    label = f"{num_pid_m} x {num_pid_n} tiles, group_m = {group_m}"
+    integer_tensor = isinstance(out, torch.Tensor) and not out.dtype.is_floating_point and out.dtype != torch.bool
+    if integer_tensor or isinstance(out, np.ndarray) and out.dtype.kind in "iu":
+        out = out.tolist()
+    rows_ok = type(out) in (list, tuple) and len(out) == num_pid_m
+    if not rows_ok or not all(type(row) in (list, tuple) and len(row) == num_pid_n for row in out):
+        kind = getattr(out, "type_name", type(out).__name__)  # the judge's name for a value it would not export
+        return False, f"{label}: returned a {kind}, expected {num_pid_m} lists of {num_pid_n} ints"
+    if any(type(value) is not int for row in out for value in row):
+        return False, f"{label}: every launch position must be an int"
+    wrong = [(i, j) for i in range(num_pid_m) for j in range(num_pid_n) if out[i][j] != reference[i][j]]
+    if not wrong:
+        return True, f"{label}: all {num_pid_m * num_pid_n} launch positions right"
+    i, j = wrong[0]
+    return False, (f"{label}: {len(wrong)} of {num_pid_m * num_pid_n} tiles have a wrong launch position; "
+                   f"tile ({i}, {j}) has {out[i][j]}, expected {reference[i][j]}")
 
 
 def draw_order_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
@@ -75,7 +99,7 @@ TILE_ORDER = register(
         function="tile_order",
         dims=("num_pid_m", "num_pid_n", "group_m"),
         precision="exact",
-        output_dtype=torch.int64,
+        output_dtype=torch.int64,  # not checked: accept_order judges the rows of ints
         make_inputs=order_inputs,
         reference=order_reference,
         baseline=order_reference,  # never timed: a host function's speed is not graded
@@ -98,6 +122,7 @@ TILE_ORDER = register(
         correctness_cells={"test_tile_order_visible": "visible", "test_tile_order_hidden": "hidden"},
         draw_hidden=draw_order_hidden,
         kind="host",
+        accept=accept_order,
     )
 )
 

@@ -10,8 +10,9 @@ the course's solution, answers included.
 # %% all < solution
 
 # %% tile_order
-def tile_order(num_pid_m: int, num_pid_n: int, group_m: int) -> torch.Tensor:
-    """order[pid_m, pid_n] = the launch position of tile (pid_m, pid_n) in grouped order (an int64 CPU tensor)."""
+def tile_order(num_pid_m: int, num_pid_n: int, group_m: int) -> list:
+    """order[pid_m][pid_n] = the launch position of tile (pid_m, pid_n) in grouped order: num_pid_m lists of
+    num_pid_n ints."""
     order = [[-1] * num_pid_n for _ in range(num_pid_m)]
     tiles_per_group = group_m * num_pid_n
     for position in range(num_pid_m * num_pid_n):
@@ -19,7 +20,7 @@ def tile_order(num_pid_m: int, num_pid_n: int, group_m: int) -> torch.Tensor:
         first_m = group * group_m
         local = position % tiles_per_group
         order[first_m + local % group_m][local // group_m] = position
-    return torch.tensor(order, dtype=torch.int64)
+    return order
 
 # %% gemm_kernel
 @triton.jit
