@@ -230,6 +230,9 @@ def _record_launch(jit_fn: Any, args: tuple, kwargs: dict, grid: Any, kernel: An
     for (name, kind), value in zip(signature.items(), bound_args.values(), strict=True):
         if kind == "constexpr":
             continue
+        if kind.startswith("tensordesc"):
+            recording.problem(_host_descriptor(name, launch["kernel"]))
+            return
         if kind.startswith("*"):
             address = value.data_ptr() if hasattr(value, "data_ptr") else int(value)
             where = recording.locate(address)
@@ -257,11 +260,21 @@ def _record_launch(jit_fn: Any, args: tuple, kwargs: dict, grid: Any, kernel: An
     recording.launches.append(launch)
 
 
+def _host_descriptor(name: str, kernel: str) -> str:
+    return (f"argument {name} of kernel {kernel} is a tensor descriptor made on the host, which the judge cannot "
+            "rebuild on its own buffers: make descriptors in the kernel (tl.make_tensor_descriptor)")
+
+
 def _record_interpreted(fn: Any, args: tuple, grid: Any) -> None:
     """Add one interpreter launch (CPU): the kernel, grid and where each tensor argument points."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
     recording = _current()
     arguments = []
     for name, value in zip(fn.arg_names, args, strict=False):
+        if isinstance(value, TensorDescriptor):  # as a compiled launch would be refused on a GPU
+            recording.problem(_host_descriptor(name, fn.__name__))
+            return
         if isinstance(value, torch.Tensor):
             where = recording.locate(value.data_ptr())
             if where is None:

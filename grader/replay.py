@@ -25,7 +25,7 @@ from grader.build_kernels import launch_key
 
 MAX_LAUNCHES = 64
 MAX_PROGRAMS = 2**24
-MAX_SCRATCH_BYTES = 256 * 2**20  # global scratch per launch (a TMA descriptor is 128 bytes per program)
+MAX_SCRATCH_BYTES = 256 * 2**20  # global scratch per launch; each device-side TMA descriptor takes 128 B per program
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 DTYPES = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64", "int8", "int16",
                                                   "int32", "int64", "uint8", "bool")}

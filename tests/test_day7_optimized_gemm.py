@@ -210,6 +210,38 @@ def test_autotuning_prunes_to_the_biggest_tiles_that_fill_the_gpu(solution, monk
     assert 1 <= len(solution.gemm_configs(tma=False)) <= len(solution.gemm_configs(tma=True)) <= most
 
 
+HOST_DESCRIPTOR_CELL = """
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+
+@triton.jit
+def copy_tile_kernel(src_desc, out_ptr, BLOCK: tl.constexpr):
+    rows = tl.arange(0, BLOCK)
+    tl.store(out_ptr + rows[:, None] * BLOCK + rows[None, :], src_desc.load([0, 0]))
+
+
+def copy_tile(x):
+    out = torch.empty((16, 16), device=x.device, dtype=x.dtype)
+    copy_tile_kernel[(1,)](TensorDescriptor.from_tensor(x, [16, 16]), out, BLOCK=16)
+    return out
+"""
+
+
+def test_a_descriptor_made_on_the_host_is_refused_with_the_way_out(tmp_path):
+    path = tmp_path / "host_descriptor_cell.py"
+    path.write_text(HOST_DESCRIPTOR_CELL)
+    module_spec = importlib.util.spec_from_file_location("host_descriptor_cell", path)
+    cell = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(cell)
+    x = torch.randn((16, 16), device=device.info().torch_device).half()
+    out, recorded = plan.record_call(cell.copy_tile, (x,))
+    assert torch.equal(out, x)  # it works; it cannot be replayed
+    assert any("made on the host" in p and "tl.make_tensor_descriptor" in p for p in recorded["problems"])
+
+
 # --- compiled for an H100 without one ---------------------------------------------------------------
 
 SM90 = {"backend": "cuda", "arch": 90, "warp_size": 32}
