@@ -4,6 +4,14 @@ Each shape gets fresh seeded random inputs; the call runs under ``course.guard.G
 allocations poisoned (NaN), so library matmuls are refused and unwritten elements show; the output's
 type, shape and device are checked, then its relative error against the spec's higher-precision
 reference. NaN and Inf never pass. Messages say which shape failed, by how much, and where.
+A host function (``kind="host"``: plain Python) runs without the guard, and what it returns is judged
+as the grader's judge will receive it (``as_exported``); a spec's ``accept`` rule, where it has one,
+replaces the relative-error test.
+
+On a CPU (the Triton interpreter) ``check`` first prints the known interpreter/GPU divergences found
+in the source of the kernels the function launches (``course.divergence``). An exercise that forbids
+some library calls (``ExerciseSpec.forbidden_calls``) fails every shape of a function whose kernels
+make them, on either device.
 """
 
 from __future__ import annotations
@@ -15,11 +23,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
-from course import device, plan, record
+from course import device, divergence, plan, record
 from course.guard import ForbiddenCallError, Guard, KernelDefinedTooEarly, user_cuda_kernels
-from course.spec import ExerciseSpec, Shape, get
+from course.spec import TOLERANCES, ExerciseSpec, Shape, get
 
 VISIBLE = "visible"
 HIDDEN = "hidden"
@@ -80,17 +89,14 @@ def _explain_exception(error: BaseException) -> str:
     return f"raised {type(error).__name__}{where}: {first}"[:500]
 
 
-def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: str) -> CheckResult:
+def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: Any, on: str) -> CheckResult:
     """Judge one output against the reference for ``shape``."""
     label = spec.shape_label(shape)
 
     def fail(message: str, rel: float | None = None) -> CheckResult:
         return CheckResult(spec.id, shape, False, f"{label}: {message}", rel, spec.tolerance)
 
-    # A plain value (a host function's float) has no tensor properties: the spec's accept rule judges it.
-    if isinstance(ref, torch.Tensor) or spec.accept is None:
-        if not isinstance(out, torch.Tensor):
-            return fail(f"returned {type(out).__name__}, expected a torch.Tensor")
+    if isinstance(out, torch.Tensor):
         expected_shape = tuple(spec.output_shape(shape))
         if tuple(out.shape) != expected_shape:
             return fail(f"output shape {tuple(out.shape)}, expected {expected_shape}")
@@ -98,6 +104,9 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: s
             return fail(f"output dtype {out.dtype}, expected {spec.output_dtype} (no downcasting)")
         if out.device.type != on:
             return fail(f"output is on {out.device.type}, expected {on}")
+    elif spec.accept is None or isinstance(ref, torch.Tensor):  # a tensor answer needs a tensor
+        expected = "a NumPy array or a torch.Tensor" if spec.kind == "host" else "a torch.Tensor"
+        return fail(f"returned {type(out).__name__}, expected {expected}")
     if spec.accept is not None:
         passed, message = spec.accept(out, ref, shape)
         return CheckResult(spec.id, shape, bool(passed), f"{label}: {message}", None, spec.tolerance)
@@ -109,8 +118,71 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: torch.Tensor, on: s
     return fail(f"relative error {rel:.2e} > {spec.tolerance:.0e}; {_worst_element(out, ref)}", rel)
 
 
+def as_exported(value: Any, depth: int = 0) -> tuple[Any, str | None]:
+    """A host function's returned value as the grader's judge receives it, or why the grader refuses it.
+
+    The same rules as ``course.export``: exact built-in types, lists, tuples and dicts of them, and
+    numeric arrays (a NumPy array arrives as a torch.Tensor). A NumPy scalar or a subclass is refused.
+    """
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return value, None
+    if kind in (list, tuple, dict) and depth < 16:
+        if kind is dict and not all(type(k) is str for k in value):
+            return None, "a dict whose keys are not all str"
+        keys = list(value) if kind is dict else range(len(value))
+        converted = []
+        for key in keys:
+            item, problem = as_exported(value[key], depth + 1)
+            if problem:
+                return None, problem
+            converted.append(item)
+        return (dict(zip(keys, converted, strict=True)) if kind is dict else kind(converted)), None
+    if kind in (np.ndarray, torch.Tensor):
+        array = value.detach().cpu() if kind is torch.Tensor else value
+        if kind is np.ndarray:
+            if array.dtype.kind not in "biuf":
+                return None, f"an array of {array.dtype}"
+            array = torch.from_numpy(np.ascontiguousarray(array))
+        return array, None
+    if isinstance(value, np.generic):
+        return None, f"a NumPy scalar ({kind.__name__}): convert it with float() or int()"
+    return None, f"a value of type {kind.__module__}.{kind.__qualname__}"
+
+
+def _check_host(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: int) -> CheckResult:
+    """Call a host function once and judge its value the way the grader's judge does.
+
+    No guard (plain Python is the exercise); the value is seen as the judge receives it (``as_exported``),
+    and the reference is made afterwards from fresh inputs of the same seed, never from inputs the
+    function has used.
+    """
+    label = spec.shape_label(shape)
+    on = device.info().torch_device
+    started = time.perf_counter()
+    try:
+        out, problem = as_exported(fn(*spec.make_inputs(shape, seed, on)))
+    except Exception as error:  # a student's function may raise anything; it becomes a message
+        out, problem = None, _explain_exception(error)
+    else:
+        if problem:
+            problem = f"the grader does not accept what it returned: {problem}"
+    seconds = time.perf_counter() - started
+    if problem:
+        result = CheckResult(spec.id, shape, False, f"{label}: {problem}")
+    else:
+        reference = spec.reference(spec.make_inputs(shape, seed, on))
+        if isinstance(reference, torch.Tensor):
+            reference = reference.cpu()
+        result = compare(spec, shape, out, reference, "cpu")
+    result.seconds = seconds
+    return result
+
+
 def check_one(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape, seed: int) -> CheckResult:
     """Run ``fn`` once on fresh inputs of ``shape`` under the guard and judge its output."""
+    if spec.kind == "host":
+        return _check_host(spec, fn, shape, seed)
     on = device.info().torch_device
     started = time.perf_counter()
     try:
@@ -167,11 +239,40 @@ def shapes_for(spec: ExerciseSpec, which: str | Sequence[Shape]) -> tuple[Shape,
     return tuple(tuple(s) for s in which)
 
 
+def warn_divergences(spec: ExerciseSpec, fn: Callable[..., Any]) -> list[divergence.Divergence]:
+    """On a CPU, print the known interpreter/GPU divergences in the kernels ``fn`` launches; returns them."""
+    if spec.kind != "kernel" or not device.info().interpret:
+        return []
+    try:
+        found = divergence.check_function(fn, precision_matters=spec.tolerance < TOLERANCES["tf32"])
+    except Exception:  # reading arbitrary student source must never break the check itself
+        return []
+    if found:
+        print(divergence.report(found, getattr(fn, "__name__", "")))
+    return found
+
+
+def forbidden_problem(spec: ExerciseSpec, fn: Callable[..., Any]) -> str | None:
+    """Why ``fn``'s kernels break the spec's ban on some library calls (e.g. tl.dot), or None."""
+    if not spec.forbidden_calls:
+        return None
+    try:
+        kernels, roots = divergence.kernels_of(fn)
+        return divergence.forbidden_problem(kernels, roots, spec.forbidden_calls)
+    except Exception:  # a preview only: the judge reads the launched kernels' source itself
+        return None
+
+
 def check(spec_id: str | ExerciseSpec, fn: Callable[..., Any], shapes: str | Sequence[Shape] = VISIBLE,
           seed: int = 0) -> list[CheckResult]:
     """Check ``fn`` on each shape ("visible", "hidden" or a list); never raises for a bad ``fn``."""
     spec = get(spec_id)
     results: list[CheckResult] = []
+    warn_divergences(spec, fn)
+    banned = forbidden_problem(spec, fn)
+    if banned:
+        return [CheckResult(spec.id, shape, False, f"{spec.shape_label(shape)}: {banned}")
+                for shape in shapes_for(spec, shapes)]
     for i, shape in enumerate(shapes_for(spec, shapes)):
         if results and _gpu_unusable(results[-1]):
             # A CUDA error poisons the context: later shapes cannot run, and say so.
@@ -196,10 +297,16 @@ def assert_correct(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
     """Check ``fn`` and raise ``AssertionError`` listing every failing shape; print a summary.
 
     When the grader runs the notebook this preview is skipped: the judge decides, from the recorded plan.
+    A CUDA C exercise without a GPU prints that it is pending and raises nothing.
     """
     spec = get(spec_id)
     if device.grading():
+        warn_divergences(spec, fn)
         print(f"{spec.title}: checked by the grader's judge, outside this notebook")
+        return
+    if spec.language == "cuda" and not device.info().has_gpu:
+        print(f"{spec.title}: pending a GPU run (CUDA C kernels cannot run without a GPU; the grader's GPU "
+              "judge checks them)")
         return
     results = check(spec, fn, shapes, seed)
     report = "\n".join(r.line() for r in results)

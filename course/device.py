@@ -89,6 +89,10 @@ def configure(mode: str | None = None) -> DeviceInfo:
             f"the course already runs on {_current.kind}; restart the kernel to switch to {chosen.kind}"
         )
     os.environ["TRITON_INTERPRET"] = "0" if use_gpu else "1"
+    if not use_gpu:
+        from course import interpreter_fixes
+
+        interpreter_fixes.install()  # bf16 tl.dot in the interpreter
     _current = chosen
     return chosen
 
@@ -101,3 +105,14 @@ def grading() -> bool:
 def info() -> DeviceInfo:
     """The device chosen by ``configure`` (configuring with the defaults if nothing was chosen)."""
     return _current or configure()
+
+
+def synchronize() -> None:
+    """Wait until all work queued on the course's device has finished.
+
+    On a GPU this is ``torch.cuda.synchronize()``; on a CPU it waits for the simulated asynchronous
+    device of ``course.async_work`` (Day 2), so a timer written with it is right on both.
+    """
+    from course import async_work
+
+    async_work.synchronize(info().torch_device)

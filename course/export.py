@@ -48,6 +48,16 @@ def encode_answer(value: Any, arrays: Path, name: str, depth: int = 0) -> dict[s
     return {"unsupported": f"{kind.__module__}.{kind.__qualname__}"}
 
 
+# NumPy has no bfloat16: a bf16 output travels as its raw 16 bits, marked so, and the judge views them back.
+BF16_BITS = "bfloat16 as int16 bits"
+
+
+def output_array(out: torch.Tensor) -> np.ndarray:
+    """A kernel's output as a NumPy array for the judge: its values, or a bf16 tensor's bits (exact either way)."""
+    out = out.detach().cpu()
+    return out.view(torch.int16).numpy() if out.dtype == torch.bfloat16 else out.numpy()
+
+
 def _call_host(fn: Any, inputs: tuple[Any, ...], arrays: Path, name: str) -> dict[str, Any]:
     """A host function's returned value, as data (no plan: its speed is not graded)."""
     try:
@@ -82,8 +92,10 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
         if job.get("keep_outputs") and type(out) is torch.Tensor:
             outputs.mkdir(parents=True, exist_ok=True)
             path = outputs / f"{exercise.id}-{call['key']}.npy"
-            np.save(path, out.detach().cpu().numpy(), allow_pickle=False)
+            np.save(path, output_array(out), allow_pickle=False)
             entry["output"] = path.name
+            if out.dtype == torch.bfloat16:
+                entry["output_dtype"] = BF16_BITS
         calls[call["key"]] = entry
         del out, inputs
     return {"calls": calls}

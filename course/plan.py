@@ -2,12 +2,13 @@
 
 While ``record_call(fn, inputs)`` runs ``fn(*inputs)`` it notes every buffer the call allocates
 (through torch), every Triton launch (the kernel, its specialisation and compile options, the grid,
-each scalar, and for each pointer which buffer it points into and where), and every other torch
-operation. The judge replays the plan on its own inputs without running any Python of the
-student's: allocations and views are allowed in a graded function; anything else done with the
-data (a library call, host work, a second stream) cannot be replayed and is listed in
-``problems``. The plan is JSON: it leaves the sandbox as data, and the judge trusts none of it
-beyond what it can check.
+each scalar, and for each pointer which buffer it points into and where), every CUDA C launch made
+through ``course.cuda`` (recorded there, into ``active()``), and every other torch operation.
+The judge replays the plan on its own inputs without running any Python of the student's:
+allocations and views are allowed in a graded function; anything else done with the data (a
+library call, host work, a second stream) cannot be replayed and is listed in ``problems``. The
+plan is JSON: it leaves the sandbox as data, and the judge trusts none of it beyond what it can
+check.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2  # 2: launches may be CUDA C (a "cuda" entry, course.cuda)
+PLAN_VERSIONS = (1, 2)  # what the judge replays
 # Options a launch may set; the builder compiles the notebook's kernel with exactly these.
 COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
                    "launch_cooperative_grid", "launch_pdl")
@@ -148,6 +150,11 @@ _state = threading.local()
 
 def _current() -> _Recording | None:
     return getattr(_state, "recording", None)
+
+
+def active() -> _Recording | None:
+    """The recording in progress on this thread (``record_call``), or None: where ``course.cuda`` adds launches."""
+    return _current()
 
 
 def _storage(tensor: torch.Tensor) -> tuple[int, int]:
@@ -402,5 +409,5 @@ def record_call(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, d
     if out is not None:
         plan["output"] = _describe_output(recording, out)
     if not recording.launches and not recording.problems:
-        recording.problem("no Triton kernel was launched by the graded function")
+        recording.problem("no Triton or CUDA kernel was launched by the graded function")
     return out, plan

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import statistics
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -10,8 +11,12 @@ from matplotlib.figure import Figure
 
 
 def gflops_vs_size(series: Mapping[str, Sequence[float]], labels: Sequence[str], title: str,
-                   ylabel: str = "GFLOP/s") -> Figure:
-    """One line per implementation (e.g. yours, reference, cuBLAS) over the benchmark shapes."""
+                   ylabel: str = "GFLOP/s", log_scale: bool = False) -> Figure:
+    """One line per implementation (e.g. yours, reference, cuBLAS) over the benchmark shapes.
+
+    ``log_scale`` puts the rates on a logarithmic axis, for series that differ by orders of magnitude;
+    a NaN value leaves a gap (a shape that implementation was not run on).
+    """
     fig, ax = plt.subplots(figsize=(7, 3.8))
     positions = range(len(labels))
     for name, values in series.items():
@@ -22,8 +27,11 @@ def gflops_vs_size(series: Mapping[str, Sequence[float]], labels: Sequence[str],
     ax.margins(x=0.1)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
+    if log_scale:
+        ax.set_yscale("log")
+    else:
+        ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, which="both" if log_scale else "major")
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -37,7 +45,9 @@ def roofline(peak_gflops: float, peak_gbps: float, points: Mapping[str, tuple[fl
     """
     fig, ax = plt.subplots(figsize=(6, 4))
     ridge = peak_gflops / peak_gbps
-    xs = [ridge / 64, ridge, ridge * 64]
+    intensities = [intensity for intensity, _ in points.values() if intensity > 0]
+    # The roof spans 64x either side of the ridge, and past every point (a copy-like kernel sits far left).
+    xs = [min([ridge / 64, *(i / 2 for i in intensities)]), ridge, max([ridge * 64, *(i * 2 for i in intensities)])]
     ax.plot(xs, [min(peak_gflops, peak_gbps * x) for x in xs], color="black", label="roof")
     for name, (intensity, achieved) in points.items():
         ax.scatter([intensity], [achieved], label=name, zorder=3)
@@ -132,6 +142,114 @@ def wave_footprint(orders: Mapping[str, Sequence[Sequence[float]]], programs: in
         subfigure.suptitle(f"{name}: the first wave reads\n{int(rows_read.sum())} row panels of A (left strip), "
                            f"{int(cols_read.sum())} column panels of B (top)", fontsize=8)
     fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def tile_reuse(sides: Sequence[int], loaded_bytes: Sequence[float], title: str,
+               gflops: Mapping[int, float] | None = None) -> Figure:
+    """Bytes a tiled matmul loads against its (square) tile side, 1 meaning untiled; beside it, when
+    measured, the GFLOP/s of each tile side (``gflops`` maps a side to its rate; missing sides are skipped)."""
+    if len(sides) != len(loaded_bytes):
+        raise ValueError(f"{len(loaded_bytes)} traffic values for {len(sides)} tile sides")
+    panels = 2 if gflops else 1
+    fig, axes = plt.subplots(1, panels, figsize=(5.2 * panels, 3.6), squeeze=False)
+    labels = ["untiled" if side == 1 else f"{side}x{side}" for side in sides]
+    traffic = axes[0][0]
+    traffic.plot(list(sides), [b / 2**30 for b in loaded_bytes], marker="o")
+    traffic.set_ylabel("A and B loaded (GiB, caches ignored)")
+    traffic.set_yscale("log")
+    traffic.set_title("computed traffic", fontsize=10)
+    if gflops:
+        speed = axes[0][1]
+        measured = [side for side in sides if side in gflops]
+        speed.plot(measured, [gflops[side] for side in measured], marker="o", color="C1")
+        speed.set_ylabel("GFLOP/s")
+        speed.set_ylim(bottom=0)
+        speed.set_title("measured speed", fontsize=10)
+    for ax in axes[0]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(list(sides), labels, fontsize=8)
+        ax.minorticks_off()
+        ax.set_xlabel("tile of C per program")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def address_map(panels: Mapping[str, Sequence[int]], block: int, sector: int = 8, title: str = "") -> Figure:
+    """Which program and lane touched each memory address, one panel per access pattern.
+
+    ``panels`` maps a pattern's name to one label per address (element index): ``program * block + lane``
+    where that lane touched the address, negative where nothing did. A row per program; each touched
+    address is a cell in the program's colour with its lane number (when there is room). Memory moves
+    whole sectors of ``sector`` elements: every sector a program touches is shaded grey across its
+    width, so grey without colour is traffic the program fetched and did not use. Lanes go from light
+    (lane 0) to full colour (the last lane).
+    """
+    if block < 1 or sector < 1:
+        raise ValueError("block and sector must be positive")
+    if not panels:
+        raise ValueError("no access pattern to draw")
+    width = max(len(labels) for labels in panels.values())
+    programs = max([label // block + 1 for labels in panels.values() for label in labels if label >= 0] or [1])
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 0.9 + (0.35 * programs + 0.7) * len(panels)),
+                             squeeze=False)
+    colours = plt.get_cmap("tab10")
+    for ax, (name, labels) in zip(axes[:, 0], panels.items(), strict=True):
+        touched: dict[int, set[int]] = {}
+        for address, label in enumerate(labels):
+            if label < 0:
+                continue
+            program, lane = divmod(int(label), block)
+            touched.setdefault(program, set()).add(address // sector)
+            shade = 0.35 + 0.65 * lane / max(block - 1, 1)  # lane 0 lightest, the last lane full colour
+            ax.add_patch(plt.Rectangle((address - 0.5, program - 0.4), 1.0, 0.8, color=colours(program % 10),
+                                       alpha=shade))
+            if width <= 64:
+                ax.text(address, program, str(lane), ha="center", va="center", fontsize=6)
+        for program, sectors in touched.items():
+            for s in sectors:
+                ax.add_patch(plt.Rectangle((s * sector - 0.5, program - 0.45), sector, 0.9, color="0.85", zorder=0))
+        for boundary in range(0, width + 1, sector):
+            ax.axvline(boundary - 0.5, color="0.6", linewidth=0.5, zorder=1)
+        moved = sum(len(s) for s in touched.values())
+        used = sum(1 for label in labels if label >= 0)
+        ax.set_title(f"{name}: {used} elements used, {moved} sectors moved ({moved * sector} elements)",
+                     fontsize=9, loc="left")
+        ax.set_xlim(-0.5, width - 0.5)
+        ax.set_ylim(programs - 0.5, -0.5)
+        ax.set_yticks(range(programs), [f"program {p}" for p in range(programs)], fontsize=7)
+        ax.tick_params(axis="x", labelsize=7)
+    axes[-1, 0].set_xlabel(f"address (element index; grey lines every {sector} elements mark the sectors)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def times_per_call(times_ms: Sequence[float], title: str, skip: int = 0) -> Figure:
+    """Each call's time in order (log axis), with the median of the calls after the first ``skip``.
+
+    Shows what a single measurement hides: a slow first call, the spread, and the outliers.
+    """
+    if len(times_ms) <= skip:
+        raise ValueError(f"{len(times_ms)} times, all of them skipped")
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    calls = range(1, len(times_ms) + 1)
+    if skip:
+        first = "first call" if skip == 1 else f"first {skip} calls"
+        ax.scatter(calls[:skip], times_ms[:skip], color="C3", s=22, label=f"{first} (warm-up)", zorder=3)
+    ax.scatter(calls[skip:], times_ms[skip:], color="C0", s=14, label="timed", zorder=3)
+    median = statistics.median(times_ms[skip:])
+    ax.axhline(median, color="C0", linestyle="--", linewidth=1, label=f"median of the timed: {median:.3g} ms")
+    ax.set_yscale("log")
+    ax.set_xlabel("call")
+    ax.set_ylabel("ms")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
     return fig
 
 

@@ -27,6 +27,7 @@ KERNEL_NAME = "gpu-kernels-course"
 PERF_PREFIX = "perf_"
 STUB = "raise NotImplementedError()"
 STILL_A_STUB = "not graded yet: still a stub"
+PENDING_GPU = "pending a GPU run"
 _COPY_SUFFIX = re.compile(r"(-Copy\d+| \(\d+\))+$")  # JupyterLab's "Duplicate", a browser's second download
 EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE = 0, 1, 2
 
@@ -123,6 +124,8 @@ def judge(nb: NotebookNode, on_gpu: bool, not_run: dict[int, str] | None = None)
             lines = [line for line in error.evalue.splitlines() if line.strip()] or [""]
             text, ok = f"failed: {error.ename}: {lines[0]}" if lines[0] else f"failed: {error.ename}", False
             details = tuple(lines[1:9])
+        elif not on_gpu and PENDING_GPU in _printed(cell):  # a CUDA C check without a GPU (course.check)
+            text, ok, visible = "pending a GPU run", True, False
         elif perf:
             text, ok = f"preview: {_printed(cell) or '(nothing printed)'}", True
         elif note is not None and _has_code(cell.source):

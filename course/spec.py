@@ -22,6 +22,7 @@ Inputs = tuple[Any, ...]  # tensors, and scalars made from the shape alone
 
 # Largest allowed ||out - ref|| / ||ref|| for each precision an exercise may compute in.
 TOLERANCES = {
+    "fp64": 1e-12,  # fp64 in and out (host code): rounding alone, K * 1e-16 for a length-K sum
     "fp32-ieee": 1e-5,
     "tf32": 5e-3,
     "fp16": 1e-2,
@@ -31,6 +32,7 @@ TOLERANCES = {
 
 RATE_UNITS = ("GFLOP/s", "GB/s")
 KINDS = ("kernel", "host")
+LANGUAGES = ("triton", "cuda")  # what a "kernel" spec's kernels are written in
 
 THRESHOLD_KINDS = ("absolute", "vs_baseline", "vs_reference")
 
@@ -122,15 +124,28 @@ class ExerciseSpec:
     rate_unit: str = "GFLOP/s"
     baseline_name: str = "cuBLAS"
     # Replaces the relative-error test when "correct" means something else (e.g. a time within a factor):
-    # (output, reference, shape) -> (passed, message). For a tensor reference the output's type, shape and
-    # dtype are checked first; for a plain value (a host function's float) the rule checks the type itself.
+    # (output, reference, shape) -> (passed, message). A tensor output's shape, dtype and device are checked
+    # first; any other output (a float, a list) goes to ``accept`` as it is, which checks its type.
     accept: Callable[[Any, Any, Shape], tuple[bool, str]] | None = None
+    # "cuda": CUDA C through course.cuda, which has no CPU interpreter: without a GPU its checks and
+    # grades are pending (never passed or failed), where Triton kernels are checked in the interpreter.
+    language: str = "triton"
+    # Library functions the graded function's kernels must not reach, themselves or through kernels they call
+    # (e.g. ("tl.dot",) where the exercise is to do without it). The judge reads the kernels' source
+    # (course.divergence); a launch that reaches one, or a call it cannot resolve, fails every shape.
+    forbidden_calls: tuple[str, ...] = ()
+    # Grade ids of the answer cells this exercise's kernels must be defined in (empty: anywhere in the
+    # notebook). The judge refuses a launch of a kernel defined elsewhere, e.g. an earlier exercise's
+    # kernel launched again under this exercise's name (grader/provenance.py).
+    kernel_cells: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"{self.id}: kind must be one of {KINDS}, not {self.kind!r}")
         if self.rate_unit not in RATE_UNITS:
             raise ValueError(f"{self.id}: rate_unit must be one of {RATE_UNITS}, not {self.rate_unit!r}")
+        if self.language not in LANGUAGES:
+            raise ValueError(f"{self.id}: language must be one of {LANGUAGES}, not {self.language!r}")
         if self.precision not in TOLERANCES:
             raise ValueError(f"{self.id}: precision must be one of {sorted(TOLERANCES)}, not {self.precision!r}")
 

@@ -5,9 +5,11 @@ run recorded. It keeps only the top-level ``@triton.jit`` functions of the noteb
 (and module-level constants made of literals), checks before running anything that each
 decorator, default value and annotation is plain (no Python runs at definition time), defines
 those functions and nothing else, and compiles each recorded specialisation for the judge's GPU
-with Triton's own compiler. It writes each kernel's TTGIR and an index. The judge replays only
-these builds, so a kernel the notebook does not define, or a binary a student supplied, is never
-run, and a recorded launch whose kernel differs from the build is refused.
+with Triton's own compiler. It writes each kernel's TTGIR and an index. CUDA C launches
+(``course.cuda``) are built by ``grader.build_cuda`` from the notebook's top-level string constants,
+into the same index. The judge replays only these builds, so a kernel the notebook does not define,
+or a binary a student supplied, is never run, and a recorded launch whose kernel differs from the
+build is refused.
 """
 
 from __future__ import annotations
@@ -16,9 +18,11 @@ import ast
 import hashlib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from grader import build_cuda
 
 LIBRARY_ROOTS = ("triton", "tl")
 MAX_KERNELS = 64
@@ -103,6 +107,9 @@ class Definitions:
     lines: list[list[str]]  # per cell: the lines to define (others blank), so line numbers stay right
     jit_options: dict[str, dict[str, Any]]  # kernel name -> literal options of its triton.jit
     refused: dict[str, str]  # kernel name -> why it cannot be built
+    # kernel name -> (its source from the def line, the line that starts it in its cell): for course.divergence
+    sources: dict[str, tuple[str, int]] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)  # constant -> the library path it names (d = tl.dot)
 
 
 def read_definitions(cells: list[str]) -> Definitions:
@@ -131,8 +138,14 @@ def read_definitions(cells: list[str]) -> Definitions:
                 found.jit_options[node.name] = options
                 first = node.lineno  # the def line itself: decorators are applied below, not run
                 kept[first - 1:node.end_lineno] = lines[first - 1:node.end_lineno]
+                found.sources[node.name] = ("\n".join(lines[first - 1:node.end_lineno]), first)
             elif _constant_assignment(node):
                 kept[node.lineno - 1:node.end_lineno] = lines[node.lineno - 1:node.end_lineno]
+                for target in node.targets:
+                    if _library_path(node.value):
+                        found.aliases[target.id] = _dotted(node.value)
+                    else:
+                        found.aliases.pop(target.id, None)
     return found
 
 
@@ -183,12 +196,18 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
     notebook = nbformat.read(request["notebook"], as_version=4)
     cells = [c.source for c in notebook.cells if c.cell_type == "code"]
     kernels, refused = kernel_definitions(cells, out / "src")
+    constants = build_cuda.string_constants(cells)
     target = GPUTarget(**request["target"])
     exported = json.loads(Path(request["export"]).read_text(encoding="utf-8"))
     index: dict[str, Any] = {}
     for entry in exported.get("kernels", {}).values():
         for call in entry.get("calls", {}).values():
             for launch in (call.get("plan") or {}).get("launches", []):
+                if "cuda" in launch:
+                    key = build_cuda.launch_key(launch)
+                    if key not in index and len(index) < MAX_KERNELS:
+                        index[key] = build_cuda.build_launch(launch, constants, int(target.arch), out)
+                    continue
                 key = launch_key(launch)
                 if key in index or len(index) >= MAX_KERNELS:
                     continue

@@ -313,7 +313,8 @@ def _execution_options(parser: argparse.ArgumentParser) -> None:
                         help="parallel notebooks (default: one per GPU, 2 on a CPU; more than one per GPU makes "
                              "timings share the GPU)")
     parser.add_argument("--bench-shapes", default=None,
-                        help='JSON list of benchmark shapes, e.g. "[[2048,2048,2048]]" (default: each spec\'s own)')
+                        help='JSON list of benchmark shapes, e.g. "[[2048,2048,2048]]", used by the specs whose shapes '
+                             'have that many sizes (default: each spec\'s own)')
     parser.add_argument("--cell-timeout", type=float, default=600.0,
                         help="seconds one cell may run (default: %(default)g; make: CELL_TIMEOUT)")
     parser.add_argument("--notebook-timeout", type=float, default=1800.0,

@@ -26,7 +26,8 @@ from grader.layout import KERNEL_NAME, REPO
 
 # Environment variables a notebook may see; everything else in the grader's environment is dropped.
 _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
-                   "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+                   "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                   "CUDA_PATH", "CUDA_HOME")  # where CuPy may find NVRTC (course.cuda)
 _CUDA_FAILURES = ("CUDA error", "illegal memory access", "misaligned address", "unspecified launch failure",
                   "AcceleratorError")
 _STATUSES = {results.OK, results.TIMEOUT, results.KERNEL_DIED, results.CUDA_ERROR, results.GRADER_ERROR}

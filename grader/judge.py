@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import build_kernels, results
+from grader import build_kernels, provenance, results
 
 MAX_ANSWER_BYTES = 16 * 2**20
 
@@ -124,12 +124,64 @@ def _calls_of(export: dict[str, Any], spec_id: str) -> tuple[dict[str, Any], str
     return (entry.get("calls") if isinstance(entry.get("calls"), dict) else {}), entry.get("error")
 
 
+def _notebook_cells(notebook_path: str) -> list[Any]:
+    import nbformat
+
+    return nbformat.read(notebook_path, as_version=4).cells  # the sanitized notebook: its syntax, never run
+
+
+def _read_definitions(notebook_path: str) -> build_kernels.Definitions:
+    return build_kernels.read_definitions([c.source for c in _notebook_cells(notebook_path) if c.cell_type == "code"])
+
+
+def _kernel_sources(definitions: build_kernels.Definitions) -> dict[str, Any]:
+    from course import divergence
+
+    names = {name: name for name in definitions.sources}
+    return {name: divergence.KernelSource(name, source, first, definitions.aliases, names)
+            for name, (source, first) in definitions.sources.items()}
+
+
+def _launched(plan: Any) -> list[str]:
+    launches = plan.get("launches") if isinstance(plan, dict) else None
+    return [str(launch.get("kernel")) for launch in launches or [] if isinstance(launch, dict)]
+
+
+def forbidden_problem(spec: Any, plan: Any, definitions: build_kernels.Definitions) -> str | None:
+    """Why the plan's kernels break the spec's ban on some library calls (read from their source), or None."""
+    if not spec.forbidden_calls or not isinstance(plan, dict):
+        return None
+    from course import divergence
+
+    try:
+        return divergence.forbidden_problem(_kernel_sources(definitions), _launched(plan), spec.forbidden_calls)
+    except Exception as error:  # e.g. RecursionError on a pathological expression: refuse, as for any unknown call
+        return f"the grader could not read the kernels' source ({type(error).__name__}), and this exercise bans " \
+               f"{', '.join(spec.forbidden_calls)}"
+
+
+def divergence_notes(spec: Any, calls: dict[str, Any], definitions: build_kernels.Definitions) -> list[str]:
+    """For a CPU verdict: the known interpreter/GPU divergences in the kernels the recorded calls launched."""
+    from course import divergence
+    from course.spec import TOLERANCES
+
+    plans = [call.get("plan") for call in calls.values() if isinstance(call, dict)]
+    launched = sorted({name for plan in plans for name in _launched(plan)})
+    try:
+        found = divergence.scan(_kernel_sources(definitions), launched, spec.tolerance < TOLERANCES["tf32"])
+    except Exception:  # notes only: a source the reader cannot handle leaves the verdict as it is
+        return []
+    return [f"NOTE the GPU may disagree: [{d.code}] {d.kernel}, line {d.line}: {d.detail or d.rule.title}; "
+            f"on a GPU {d.rule.gpu}" for d in found]
+
+
 def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
                definitions: build_kernels.Definitions) -> tuple[bool, str]:
     """Provisional: the output the sandbox returned against the reference for the same seed."""
     import torch
 
     from course.check import compare
+    from course.export import BF16_BITS
 
     shape = tuple(call["shape"])
     label = spec.shape_label(shape)
@@ -144,11 +196,18 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
         problem = build_kernels.kernel_problem(definitions, str(launch.get("kernel")))
         if problem:  # the GPU judge would refuse to build it: say so now
             return False, f"{label}: {problem}"
+    banned = forbidden_problem(spec, plan, definitions)
+    if banned:
+        return False, f"{label}: {banned}"
     name = recorded.get("output")
     path = outputs / Path(str(name)).name if name else None
     if path is None or not path.is_file():
         return False, f"{label}: no output was returned"
     out = torch.from_numpy(np.load(path, allow_pickle=False))
+    if recorded.get("output_dtype") == BF16_BITS:  # NumPy has no bf16: the export kept its bits
+        if out.dtype != torch.int16:
+            return False, f"{label}: the output's bf16 bits are malformed"
+        out = out.view(torch.bfloat16)
     reference = spec.reference(spec.make_inputs(shape, call["seed"], "cpu"))
     result = compare(spec, shape, out, reference, "cpu")
     return result.passed, result.message
@@ -166,6 +225,8 @@ def _host_check(spec: Any, call: dict[str, Any], recorded: Any, arrays: Path, on
         reason = recorded.get("error") if isinstance(recorded, dict) else None
         return False, f"{label}: {reason or 'no value was returned'}"
     value = decode_answer(recorded["value"], arrays)
+    if isinstance(value, Unsupported):
+        return False, f"{label}: returned {value!r}"
     if isinstance(value, np.ndarray):
         value = torch.from_numpy(value)
     reference = spec.reference(spec.make_inputs(shape, call["seed"], on))
@@ -194,20 +255,24 @@ def _judge_host(spec: Any, spec_job: dict[str, Any], export: dict[str, Any], arr
 
 
 def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
-    import nbformat
-
     from course import spec as specs
 
     export = read_export(Path(job["export"]))
-    notebook = nbformat.read(job["notebook"], as_version=4)  # the sanitized notebook: its syntax, never run
-    definitions = build_kernels.read_definitions([c.source for c in notebook.cells if c.cell_type == "code"])
+    definitions = _read_definitions(job["notebook"])
     kernels = {}
     for spec_job in job["kernels"]:
         spec = specs.get(spec_job["spec"])
         if spec.kind == "host":
             kernels[spec.id] = _judge_host(spec, spec_job, export, Path(job["export"]) / "arrays", "cpu")
             continue
+        if spec.language == "cuda":  # no interpreter for CUDA C: neither passed nor failed here
+            sets = {call["set"]: {"pending": True, "passed": False, "provisional": True,
+                                  "messages": ["pending a GPU run: CUDA C kernels run only on a GPU"]}
+                    for call in spec_job["calls"]}
+            kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}
+            continue
         calls, error = _calls_of(export, spec.id)
+        allowed = _allowed(spec, _notebook_cells(job["notebook"])) if spec.kernel_cells else None
         sets: dict[str, Any] = {}
         for call in spec_job["calls"]:
             verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": True})
@@ -216,10 +281,21 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
             else:
                 passed, message = _cpu_check(spec, call, calls[call["key"]], Path(job["export"]) / "outputs",
                                              definitions)
+                foreign = passed and allowed and provenance.foreign_launch(calls[call["key"]].get("plan"), allowed)
+                if foreign:
+                    passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {foreign}"
             verdict["passed"] &= passed
             verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
+        notes = divergence_notes(spec, calls, definitions)
+        for verdict in sets.values():
+            verdict["messages"].extend(notes)
         kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "pending a GPU run"}}
     return {"kernels": kernels}
+
+
+def _allowed(spec: Any, cells: list[Any]) -> provenance.Allowed | None:
+    """The kernels ``spec`` may launch (those its kernel_cells define), or None when any kernel may count."""
+    return provenance.allowed_kernels(cells, spec.kernel_cells) if spec.kernel_cells else None
 
 
 def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
@@ -270,12 +346,20 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
     output_shape = spec.output_shape
     sets: dict[str, Any] = {}
     broken: str | None = None  # a CUDA error ends all GPU work of this judge
+    definitions = _read_definitions(job["notebook"]) if spec.forbidden_calls else None
+    allowed = _allowed(spec, _notebook_cells(job["notebook"])) if spec.kernel_cells else None
 
     def run_once(plan: Any, kernels_: Any, shape: tuple[int, ...], seed: int) -> tuple[bool, str]:
         nonlocal broken
         label = spec.shape_label(shape)
         if broken:
             return False, f"{label}: not run: {broken}"
+        banned = forbidden_problem(spec, plan, definitions) if definitions is not None else None
+        if banned:
+            return False, f"{label}: {banned}"
+        foreign = allowed and provenance.foreign_launch(plan, allowed)
+        if foreign:
+            return False, f"{label}: {foreign}"
         inputs = spec.make_inputs(shape, seed, "cuda")
         try:
             out_shape = tuple(output_shape(shape))

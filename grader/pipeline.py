@@ -165,9 +165,11 @@ def kernel_calls(notebook: CourseNotebook, settings: Settings, run_seed: int, st
                 key = f"{which}-{i}"
                 calls.append({"key": key, "set": which, "shape": list(shape),
                               "seed": judge.derive_seed(run_seed, student, spec.id, key)})
-        # Only a kernel with performance items is timed (and only its benchmark shapes suit its inputs).
+        # Only a kernel with performance items is timed. The TA's override applies to the specs whose shapes
+        # it fits (a notebook may grade a matmul and a copy); the others keep their own benchmark shapes.
         timed = on_gpu and spec.kind == "kernel" and bool(spec.thresholds)
-        bench = [list(s) for s in (settings.bench_shapes or spec.bench_shapes.gpu)] if timed else []
+        override = [s for s in settings.bench_shapes or [] if len(s) == len(spec.dims)]
+        bench = [list(s) for s in (override or spec.bench_shapes.gpu)] if timed else []
         for i, shape in enumerate(bench):
             calls.append({"key": f"bench-{i}", "set": "bench", "shape": shape, "seed": 0})
         jobs.append({"spec": spec.id, "calls": calls, "bench_shapes": bench})

@@ -4,23 +4,27 @@ A plan (``course.plan``) is untrusted JSON. ``prepare`` checks it against bounds
 runs (known kernels from the course's own build, grid sizes, buffer sizes and offsets, the output
 view inside its buffer, the global scratch memory a kernel asks for), allocates its buffers
 (uninitialised ones filled with NaN), and resolves every argument; ``launch`` then only launches the
-kernels, so it can be timed alone.
+kernels, so it can be timed alone. A CUDA C launch (``course.cuda``) replays the module the builder
+compiled from the notebook's source constant, with the same checks and CUDA's own limits on the
+grid, the block and shared memory.
 
-A kernel that builds TMA descriptors on the device (``tl.make_tensor_descriptor``) needs global
-scratch memory at launch, which Triton asks the allocator set by ``triton.set_allocator`` for. The
-notebook's allocator is student Python, so the judge installs its own (``scratch_allocator``).
+A Triton kernel that builds TMA descriptors on the device (``tl.make_tensor_descriptor``) needs
+global scratch memory at launch, which Triton asks the allocator set by ``triton.set_allocator`` for.
+The notebook's allocator is student Python, so the judge installs its own (``scratch_allocator``).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from course.plan import decode_value, describe_inputs
+from course import cuda
+from course.plan import PLAN_VERSIONS, decode_value, describe_inputs
+from grader import build_cuda
 from grader.build_kernels import launch_key
 
 MAX_LAUNCHES = 64
@@ -42,6 +46,7 @@ class Kernels:
     compiled: dict[str, Any]
     digests: dict[str, str]
     errors: dict[str, str]
+    functions: dict[tuple[str, str], cuda.Function] = field(default_factory=dict)  # CUDA: (key, name) -> kernel
 
 
 def load_kernels(built: Path) -> Kernels:
@@ -56,6 +61,13 @@ def load_kernels(built: Path) -> Kernels:
             kernels.errors[key] = str(entry["error"])
             continue
         file = built / Path(str(entry["file"])).name
+        if entry.get("cuda"):
+            try:
+                kernels.compiled[key] = cuda.load_image(file.read_bytes())
+                kernels.digests[key] = str(entry["source_sha256"])
+            except Exception as error:  # a module the driver refuses is reported, not raised
+                kernels.errors[key] = f"the judge could not load a CUDA module: {error}"[:500]
+            continue
         try:
             kernels.compiled[key] = triton.compile(str(file))
             kernels.digests[key] = str(entry["digest"])
@@ -141,6 +153,8 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
         raise Unreplayable("no launch plan was recorded for this call")
     if plan.get("problems"):
         raise Unreplayable(str(plan["problems"][0]))
+    if plan.get("version", 1) not in PLAN_VERSIONS:
+        raise Unreplayable(f"the plan has version {str(plan.get('version'))[:20]}, which this judge does not know")
     if plan.get("inputs") != describe_inputs(inputs):
         raise Unreplayable("the plan was recorded for other inputs than this shape's")
     allocations = plan.get("allocations") or []
@@ -153,11 +167,14 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
         buffers[entry["name"]] = _allocate(entry)
     launches = plan.get("launches") or []
     if not launches:
-        raise Unreplayable("no Triton kernel was launched by the graded function")
+        raise Unreplayable("no Triton or CUDA kernel was launched by the graded function")
     if len(launches) > MAX_LAUNCHES:
         raise Unreplayable(f"the call launches more than {MAX_LAUNCHES} kernels")
     resolved = []
     for launch in launches:
+        if isinstance(launch, dict) and "cuda" in launch:
+            resolved.append(_cuda_launch(launch, kernels, buffers))
+            continue
         key = launch_key(launch)
         name = launch.get("kernel")
         if key in kernels.errors:
@@ -186,6 +203,44 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
 
     triton.set_allocator(scratch_allocator)  # a context variable: set here, where the launches will run
     return Prepared(inputs, buffers, resolved, output)
+
+
+def _cuda_launch(launch: dict[str, Any], kernels: Kernels, buffers: dict[str, torch.Tensor]) -> tuple[Any, ...]:
+    """One CUDA C launch, checked and resolved: (replay, grid, [packed arguments])."""
+    name = launch.get("kernel")
+    if not isinstance(name, str) or not name.isidentifier():
+        raise Unreplayable(f"a CUDA launch names no kernel: {str(name)[:60]}")
+    key = build_cuda.launch_key(launch)
+    if key in kernels.errors:
+        raise Unreplayable(kernels.errors[key])
+    if key not in kernels.compiled:
+        raise Unreplayable(f"CUDA kernel {name} was not built from the notebook's source")
+    if launch["cuda"].get("source_sha256") != kernels.digests[key]:
+        raise Unreplayable(f"CUDA kernel {name} as launched differs from the notebook's source")
+    grid, block, shared_mem = launch.get("grid"), launch.get("block"), launch.get("shared_mem")
+    problem = cuda.launch_problem(grid, block, shared_mem, cuda.max_shared_bytes())
+    if problem:
+        raise Unreplayable(f"CUDA kernel {name}: {problem}")
+    grid, block = cuda.dims(grid, "grid"), cuda.dims(block, "block")
+    if grid[0] * grid[1] * grid[2] > MAX_PROGRAMS:
+        raise Unreplayable(f"CUDA kernel {name} has a grid of {grid} blocks, outside the judge's bounds")
+    if (key, name) not in kernels.functions:
+        try:
+            kernels.functions[(key, name)] = cuda.Function.find(kernels.compiled[key], name)
+        except KeyError as error:
+            raise Unreplayable(f"CUDA kernel {name}: {error.args[0]}") from None
+    arguments: list[tuple[str, int | float]] = []
+    for argument in launch.get("arguments") or []:
+        if isinstance(argument, dict) and "pointer" in argument:
+            arguments.append(("pointer", _pointer(buffers, argument["pointer"])))
+        else:
+            try:
+                arguments.append(cuda.decode_scalar((argument or {}).get("scalar") if isinstance(argument, dict)
+                                                    else None))
+            except ValueError as error:
+                raise Unreplayable(f"CUDA kernel {name}: {error}") from None
+    replay = cuda.Replay(kernels.functions[(key, name)], block, int(shared_mem))
+    return replay, grid, [cuda.pack(arguments)]
 
 
 def launch(prepared: Prepared) -> torch.Tensor:

@@ -117,6 +117,9 @@ def items(notebook_key: str, master: NotebookNode, verdict: dict[str, Any] | Non
             shape_set = ((kernels.get(spec.id) or {}).get("sets") or {}).get(which)
             if shape_set is None:
                 item = ItemResult(grade_id, results.CORRECTNESS, 0.0, points, results.NOT_RUN, unjudged)
+            elif shape_set.get("pending") and not on_gpu:  # a CUDA C kernel graded without a GPU
+                item = ItemResult(grade_id, results.CORRECTNESS, None, points, results.PENDING,
+                                  "\n".join(shape_set.get("messages") or ["pending a GPU run"]))
             else:
                 passed = bool(shape_set.get("passed"))
                 item = ItemResult(grade_id, results.CORRECTNESS, points if passed else 0.0, points,

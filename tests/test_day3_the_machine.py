@@ -162,12 +162,14 @@ def test_coordinate_checks_pass_the_right_kernel_and_fail_wrong_ones():
     assert all(r.passed for r in check.check(COORDINATES, _wrapper(), "hidden"))
     # Numbered row by row: right only where one of the sides is 1.
     row_major = check.check(COORDINATES, _wrapper(row_major=True), "visible")
-    assert [r.passed for r in row_major] == [False, True]
+    assert [r.passed for r in row_major] == [1 in r.shape for r in row_major]
     # Programs of rows 4 and later write nothing: those elements are -1 (the guard poisons integer buffers).
     partial = check.check(COORDINATES, _wrapper(rows_written=4), [(4, 6), (7, 3)])
     assert [r.passed for r in partial] == [True, False]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU recording's poisoning (the GPU judge fills its own "
+                    "buffers, tested in test_judge)")
 def test_the_recorded_cpu_call_poisons_integer_outputs():
     inputs = coordinate_inputs((7, 3), 0, "cpu")
     wrong = _wrapper(rows_written=4)

@@ -139,7 +139,7 @@ _arange, _stack = torch.arange, torch.stack
 def coordinate_reference(inputs: Inputs) -> torch.Tensor:
     """out[i, j] = (i, j, i + j * rows): program (pid_0, pid_1), numbered with axis 0 varying fastest."""
     (like,) = inputs
-    rows, cols = like.shape
+    rows, cols = like.shape[0], like.shape[1]
     pid_0 = _arange(rows, device=like.device).view(rows, 1).expand(rows, cols)
     pid_1 = _arange(cols, device=like.device).view(1, cols).expand(rows, cols)
     return _stack((pid_0, pid_1, pid_0 + pid_1 * rows), dim=-1).to(torch.int32)

@@ -1,0 +1,278 @@
+"""The CUDA-core SGEMM ladder (Week 2 bonus day) on a GPU: compile, check, time, and try other tiles.
+
+Run on a GPU machine with CuPy, from the repository root:
+
+    python bench/sgemm_ladder_gpu.py [--no-sweep] [--out DIR]      (DIR: $OUT, else build/sgemm-ladder)
+
+1. Builds the solution notebook's seven wrappers and kernels (its setup, ``operands``, answer and Triton
+   cells, executed as a module) and prints each module's NVRTC compile time, and, from the cubin NVRTC
+   makes for this GPU, the registers, spills and shared memory (``cuobjdump -res-usage``) and the
+   instruction counts of the main loop's SASS (FFMA, LDS, LDS.128, LDG, BAR, local loads and stores).
+2. Checks every version against torch fp64 on odd sizes (1x1x1, 127x129x131, 1000x1030x515,
+   4097x4095x1023 and a thin one), also with A and B starting 4 bytes past a 16-byte boundary.
+3. Times every version, the notebook's Triton fp32 kernel (input_precision="ieee") and cuBLAS fp32
+   (TF32 off) at 4096^3 with course.bench.time_calls, cuBLAS again beside each kernel, and prints
+   GFLOP/s, the fraction of the cuBLAS timing taken beside it, and the speed-up over the rung below.
+4. Unless --no-sweep: v6b (and v5, v6a) in other tile configurations, through the sources' -D options.
+
+Everything printed is also written to DIR/sgemm_ladder.json, with each cubin's SASS beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import nbformat  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import course  # noqa: E402
+import course.cuda  # noqa: E402
+from course import bench  # noqa: E402
+from course.exercises.matmul_fp32 import cublas_fp32  # noqa: E402
+
+NOTEBOOK = REPO / "solutions" / "week2" / "bonus_sgemm_ladder.ipynb"
+VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6a", "v6b")
+CHECK_SHAPES = ((1, 1, 1), (127, 129, 131), (1000, 1030, 515), (4097, 4095, 1023), (5, 3001, 2))
+SIZE = 4096
+# (version, BK, WARPS_M, WARPS_N, MIN_BLOCKS): the notebook's default first, then other tiles.
+SWEEP = [("v6b", 8, 4, 2, 2), ("v6b", 16, 4, 2, 2), ("v6b", 16, 2, 4, 2), ("v6b", 8, 2, 2, 3),
+         ("v6b", 16, 2, 2, 3), ("v6b", 8, 4, 2, 1), ("v6a", 8, 4, 2, 1), ("v6a", 16, 4, 2, 2), ("v5", 8, 4, 2, 1)]
+# Left out: 512-thread tiles (they need BK = 16, and then exceed 48 KB of static shared memory) and
+# tiles with fewer float4s of A than threads (the sources' static_assert refuses them).
+
+
+def notebook_module() -> Any:
+    """The solution notebook's setup, operands, answer and Triton cells as one module (Triton needs a file)."""
+    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
+             for c in nbformat.read(str(NOTEBOOK), as_version=4).cells}
+    names = ["setup", "operands", *(f"sgemm_{v}" for v in VERSIONS), "triton_kernel"]
+    text = 'device, grading, bench_shapes = "gpu", True, None\n\n' + "\n\n".join(cells[n] for n in names)
+    path = Path(tempfile.mkdtemp()) / "bonus_sgemm_ladder_solution.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def sources() -> dict[str, str]:
+    cells = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source
+             for c in nbformat.read(str(NOTEBOOK), as_version=4).cells}
+    found = {}
+    for v in VERSIONS:
+        for node in ast.parse(cells[f"sgemm_{v}"]).body:
+            if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == f"SGEMM_{v.upper()}":
+                found[v] = node.value.value
+    return found
+
+
+def cuobjdump() -> Path | None:
+    import triton
+
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return path if path.exists() else None
+
+
+def sass_report(source: str, options: tuple[str, ...], name: str, out: Path) -> dict[str, Any]:
+    """Registers, spills, shared memory and main-loop instruction counts of NVRTC's cubin for this GPU."""
+    major, minor = torch.cuda.get_device_capability()
+    image, kind = course.cuda.nvrtc_compile(source, options, major * 10 + minor)
+    tool = cuobjdump()
+    if kind != "cubin" or tool is None:
+        return {"note": f"no SASS: NVRTC gave {kind}, cuobjdump {'found' if tool else 'missing'}"}
+    cubin = out / f"{name}.cubin"
+    cubin.write_bytes(image)
+    usage = subprocess.run([str(tool), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
+    sass = subprocess.run([str(tool), "-sass", str(cubin)], capture_output=True, text=True).stdout
+    (out / f"{name}.sass").write_text(sass)
+    report: dict[str, Any] = {}
+    found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", usage)
+    if found:
+        report.update(zip(("registers", "stack", "shared", "local"), map(int, found.groups()), strict=True))
+    instructions = []
+    for line in sass.splitlines():
+        match = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;", line)
+        if match:
+            instructions.append((int(match.group(1), 16), match.group(2)))
+    loops = []  # (start, end) of each backward branch: the longest is the main loop
+    for address, text in instructions:
+        branch = re.search(r"BRA (?:\S+, )?0x([0-9a-f]+)", text)
+        if branch and int(branch.group(1), 16) < address:
+            loops.append((int(branch.group(1), 16), address))
+    if loops:
+        start, end = max(loops, key=lambda r: sum(1 for a, _ in instructions if r[0] <= a <= r[1]))
+        body = [re.sub(r"^@!?U?P\w+\s+", "", t) for a, t in instructions if start <= a <= end]
+        ops = Counter(t.split()[0] for t in body)
+        report["main_loop"] = {"instructions": len(body),
+                               **{key: sum(n for op, n in ops.items() if op.startswith(key))
+                                  for key in ("FFMA", "LDS", "STS", "LDG", "BAR", "LDL", "STL")},
+                               "LDS.128": ops.get("LDS.128", 0), "LDG.E.128": sum(
+                                   n for op, n in ops.items() if op.startswith("LDG.E.128"))}
+    return report
+
+
+def relative_error(out: torch.Tensor, reference: torch.Tensor) -> float:
+    if not torch.isfinite(out).all():
+        return float("inf")
+    return float(torch.linalg.vector_norm(out.double() - reference) / torch.linalg.vector_norm(reference))
+
+
+def operands(m: int, n: int, k: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random A (m x k) and B (k x n), contiguous, starting ``offset`` floats into their allocation."""
+    a = torch.randn(m * k + offset, device="cuda")[offset:].view(m, k)
+    b = torch.randn(k * n + offset, device="cuda")[offset:].view(k, n)
+    return a, b
+
+
+def check(functions: dict[str, Any]) -> dict[str, dict[str, float]]:
+    errors: dict[str, dict[str, float]] = {name: {} for name in functions}
+    for m, n, k in CHECK_SHAPES:
+        for offset in (0, 1):
+            a, b = operands(m, n, k, offset)
+            reference = a.double() @ b.double()
+            for name, fn in functions.items():
+                errors[name][f"{m}x{n}x{k}+{offset}"] = relative_error(fn(a, b), reference)
+            del a, b, reference
+    return errors
+
+
+def time_rate(fn: Any, a: torch.Tensor, b: torch.Tensor) -> float:
+    return bench.gflops(2.0 * a.shape[0] * b.shape[1] * a.shape[1], bench.time_calls(fn, args=(a, b)).median_ms)
+
+
+def cublas(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return cublas_fp32((a, b))
+
+
+def sweep_launcher(version: str, source: str, bk: int, warps_m: int, warps_n: int, min_blocks: int) -> Any:
+    options = (f"-DBK={bk}", f"-DWARPS_M={warps_m}", f"-DWARPS_N={warps_n}", f"-DMIN_BLOCKS={min_blocks}")
+    started = time.perf_counter()
+    kernel = course.cuda.compile(source, options).get_function(f"sgemm_{version}")
+    seconds = time.perf_counter() - started
+    tile_m, tile_n, threads = 32 * warps_m, 64 * warps_n, 32 * warps_m * warps_n
+
+    def launch(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        m, k = a.shape
+        n = b.shape[1]
+        c = torch.empty((m, n), device=a.device, dtype=torch.float32)
+        kernel((course.cuda.cdiv(n, tile_n), course.cuda.cdiv(m, tile_m)), (threads,),
+               (a, b, c, np.int32(m), np.int32(n), np.int32(k)))
+        return c
+
+    return launch, options, seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "sgemm-ladder"))
+    parser.add_argument("--no-sweep", action="store_true")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    course.device.configure("gpu")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    import cupy
+    import triton
+
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+        "cupy": cupy.__version__, "nvrtc": ".".join(map(str, cupy.cuda.nvrtc.getVersion())), "size": SIZE}
+    print(f"{result['device']}: torch {result['torch']}, triton {result['triton']}, cupy {result['cupy']}, "
+          f"NVRTC {result['nvrtc']}")
+
+    started = time.perf_counter()
+    nb = notebook_module()
+    print(f"notebook cells executed in {time.perf_counter() - started:.1f} s (imports, 7 NVRTC compiles, Triton)")
+    texts = sources()
+    versions: dict[str, dict[str, Any]] = {}
+    print(f"\n{'':>5}{'NVRTC s':>9}{'regs':>6}{'stack B':>8}{'smem B':>8}  main loop: FFMA LDS(.128) LDG BAR LDL/STL")
+    for v in VERSIONS:
+        module = getattr(nb, f"sgemm_{v}_module")
+        sass = sass_report(texts[v], (), v, out)
+        versions[v] = {"compile_seconds": module.compile_seconds, "image": module.kind, "sass": sass}
+        loop = sass.get("main_loop", {})
+        counts = [loop.get(key, "?") for key in ("FFMA", "LDS", "LDS.128", "LDG", "BAR", "LDL", "STL")]
+        print(f"{v:>5}{module.compile_seconds:>9.3f}{sass.get('registers', '?'):>6}{sass.get('stack', '?'):>8}"
+              f"{sass.get('shared', '?'):>8}  {counts[0]} {counts[1]}({counts[2]}) {counts[3]} {counts[4]} "
+              f"{counts[5]}/{counts[6]}")
+
+    functions = {v: getattr(nb, f"sgemm_{v}") for v in VERSIONS} | {"triton": nb.sgemm_triton}
+    errors = check(functions)
+    print("\nrelative error against fp64 (worst over the shapes, aligned and 4-byte-offset inputs):")
+    for name, found in errors.items():
+        worst = max(found, key=found.get)
+        ok = all(e <= 1e-5 for e in found.values())
+        print(f"  {name:>6}: {found[worst]:.2e} at {worst} {'OK' if ok else 'FAILED: ' + json.dumps(found)}")
+        (versions.get(name) or result.setdefault("triton_kernel", {}))["errors"] = found
+
+    a, b = operands(SIZE, SIZE, SIZE, 0)
+    print(f"\n{SIZE}^3, median of course.bench.time_calls (L2 flushed before each call):")
+    print(f"{'':>8}{'GFLOP/s':>10}{'cuBLAS beside':>15}{'of cuBLAS':>11}{'vs rung below':>15}")
+    previous, cublas_rates = None, []
+    for name in (*VERSIONS, "triton"):
+        library = time_rate(cublas, a, b)
+        cublas_rates.append(library)
+        rate = time_rate(functions[name], a, b)
+        entry = versions.get(name) or result.setdefault("triton_kernel", {})
+        entry.update(gflops=rate, cublas_gflops=library, vs_cublas=rate / library)
+        below = f"{rate / previous:.2f}x" if previous and name != "triton" else "-"
+        print(f"{name:>8}{rate:>10.0f}{library:>15.0f}{rate / library:>11.1%}{below:>15}")
+        previous = rate if name != "triton" else previous
+        entry["vs_previous"] = None if below == "-" else float(below[:-1])
+    result["cublas_gflops"] = {"median": statistics.median(cublas_rates), "all": cublas_rates}
+    print(f"cuBLAS fp32 (TF32 off): median {statistics.median(cublas_rates):.0f} GFLOP/s over "
+          f"{len(cublas_rates)} timings ({min(cublas_rates):.0f} to {max(cublas_rates):.0f})")
+    result["versions"] = versions
+
+    if not args.no_sweep:
+        print("\nother tiles (BK, WARPS_M x WARPS_N warps of 32 x 64, MIN_BLOCKS): the notebook's default first")
+        print(f"{'':>5}{'BK':>4}{'warps':>7}{'min':>5}{'regs':>6}{'stack B':>8}{'GFLOP/s':>10}{'of cuBLAS':>11}"
+              f"{'worst error':>13}")
+        sweep = []
+        for version, bk, warps_m, warps_n, min_blocks in SWEEP:
+            entry: dict[str, Any] = {"version": version, "BK": bk, "WARPS_M": warps_m, "WARPS_N": warps_n,
+                                     "MIN_BLOCKS": min_blocks}
+            sweep.append(entry)
+            try:
+                launch, options, seconds = sweep_launcher(version, texts[version], bk, warps_m, warps_n, min_blocks)
+                sass = sass_report(texts[version], options, f"{version}_" + "_".join(o[2:] for o in options), out)
+                worst = 0.0
+                for m, n, k in ((127, 129, 131), (1000, 1030, 515), (300, 260, 72)):
+                    x, y = operands(m, n, k, 0)
+                    worst = max(worst, relative_error(launch(x, y), x.double() @ y.double()))
+                library = time_rate(cublas, a, b)
+                rate = time_rate(launch, a, b) if worst <= 1e-5 else 0.0
+                entry.update(compile_seconds=seconds, registers=sass.get("registers"), stack=sass.get("stack"),
+                             gflops=rate, cublas_gflops=library, vs_cublas=rate / library, worst_error=worst)
+                print(f"{version:>5}{bk:>4}{f'{warps_m}x{warps_n}':>7}{min_blocks:>5}{sass.get('registers', '?'):>6}"
+                      f"{sass.get('stack', '?'):>8}{rate:>10.0f}{rate / library:>11.1%}{worst:>13.1e}")
+            except Exception as error:  # a configuration that does not compile or launch: say so, go on
+                entry["error"] = f"{type(error).__name__}: {error}"[:300]
+                print(f"{version:>5}{bk:>4}{f'{warps_m}x{warps_n}':>7}{min_blocks:>5}  {entry['error'][:80]}")
+        result["sweep"] = sweep
+
+    (out / "sgemm_ladder.json").write_text(json.dumps(result, indent=1))
+    print(f"\nwrote {out / 'sgemm_ladder.json'}")
+    failed = [name for name, found in errors.items() if not all(e <= 1e-5 for e in found.values())]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

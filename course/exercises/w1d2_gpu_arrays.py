@@ -1,0 +1,120 @@
+"""Week 1 Day 2: time one call of asynchronous device work, right.
+
+The student writes ``gpu_time_ms(fn)``: the time one call of ``fn()`` keeps the device busy, in
+milliseconds. The graded input is a workload (``course.async_work.Workload``) whose calls queue work
+of a duration drawn from the seed and return at once; before it is handed over, earlier work of
+one to two times that duration is queued on the same device, as in any real program. A right timer
+waits for the device before starting its clock and again before stopping it (or brackets the call
+with CUDA events): it reports the duration. A timer that never waits reports the launch alone (far
+too short); one that waits only at the end also counts the earlier work (two to three times too long).
+
+It is a host function: its returned number is checked, never timed. The truth is measured where
+the student's code never runs: on a GPU the judge runs the same workload, on the device in its own
+process, between CUDA events; on a CPU (a simulated device whose work lasts exactly its duration) the
+truth is the duration itself.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import torch
+
+from course import async_work
+from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register
+
+# A reported time passes within this factor of the truth, either way.
+FACTOR = 1.5
+# Each drawn duration is the shape's nominal milliseconds times a factor in this range...
+JITTER = (0.8, 1.25)
+# ...and the work queued before it lasts this many times the drawn duration: a timer that does not wait
+# for it before starting reports at least twice the truth.
+BACKLOG = (1.0, 2.0)
+
+
+def durations(shape: Shape, seed: int) -> tuple[float, float]:
+    """(duration of one call, earlier work queued before it) in ms, for a nominal duration and a seed."""
+    rng = random.Random(f"w1d2.gpu_time_ms:{seed}")
+    duration = shape[0] * rng.uniform(*JITTER)
+    return duration, duration * rng.uniform(*BACKLOG)
+
+
+def make_inputs(shape: Shape, seed: int, device: str) -> Inputs:
+    """A workload for ``device``, with earlier work already queued in front of it."""
+    duration, backlog = durations(shape, seed)
+    async_work.prepare(device)
+    async_work.launch(backlog, device)
+    return (async_work.Workload(duration, device),)
+
+
+def reference(inputs: Inputs) -> float:
+    """The true duration of one call: on a GPU measured between CUDA events, on a CPU the simulated one."""
+    (workload,) = inputs
+    async_work.synchronize(workload.device)  # the earlier work is not part of the call
+    if workload.device == "cpu":
+        return workload.planned_ms
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    workload()
+    end.record()
+    end.synchronize()
+    return float(start.elapsed_time(end))
+
+
+def accept(out: Any, truth: Any, shape: Shape) -> tuple[bool, str]:
+    """A plain number of milliseconds within FACTOR of the true duration."""
+    if type(out) not in (float, int):  # not bool, a NumPy scalar or a tensor: what the grader receives is data
+        return False, f"returned {repr(out)[:120]}, not a number; return the time as a Python float, e.g. float(ms)"
+    if not math.isfinite(out) or out <= 0:
+        return False, f"returned {out!r}; a time must be a positive, finite number of milliseconds"
+    ratio = out / truth
+    said = f"reported {out:.3f} ms for a call that takes {truth:.3f} ms (x{ratio:.3g})"
+    if ratio < 1 / FACTOR:
+        return False, (f"{said}: far too short. Did the clock stop before the device had finished? "
+                       "Wait for the device before reading the clock.")
+    if ratio > FACTOR:
+        return False, (f"{said}: too long. Earlier work was still queued when the clock started: wait for "
+                       "the device before starting it too (and time one call only).")
+    return True, f"{said}, within x{FACTOR:g}"
+
+
+def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
+    """Two more nominal durations per grading run (at least 25 ms on a CPU, whose timing is coarser)."""
+    low, high = (3, 120) if has_gpu else (25, 90)
+    return tuple((rng.randint(low, high),) for _ in range(2))
+
+
+def _not_timed(inputs: Inputs) -> Any:
+    raise RuntimeError("w1d2.gpu_time_ms is a host function: nothing is timed against a library")
+
+
+SPEC = register(
+    ExerciseSpec(
+        id="w1d2.gpu_time_ms",
+        title="Timing asynchronous device work (Week 1, Day 2)",
+        function="gpu_time_ms",
+        dims=("ms",),  # the nominal duration; each call's real one is drawn around it from the seed
+        precision="exact",  # unused: accept() decides
+        output_dtype=torch.float64,
+        make_inputs=make_inputs,
+        reference=reference,
+        baseline=_not_timed,
+        output_shape=lambda shape: (),
+        flops=lambda shape: 0.0,
+        bytes_moved=lambda shape: 0.0,
+        # Durations a factor of four apart or more in each set: no constant is within x1.5 of all of them.
+        # On a CPU at least 25 ms, so the simulated device's thread wake-ups stay small beside the duration.
+        visible_shapes=ShapeSet(gpu=((5,), (20,), (80,)), cpu=((25,), (50,), (100,))),
+        hidden_shapes=ShapeSet(gpu=((3,), (40,), (150,)), cpu=((30,), (70,), (140,))),
+        bench_shapes=ShapeSet(gpu=(), cpu=()),
+        thresholds=(),
+        notebook="week1/day2_gpu_arrays",
+        correctness_cells={"test_gpu_time_visible": "visible", "test_gpu_time_hidden": "hidden"},
+        draw_hidden=draw_hidden,
+        kind="host",
+        accept=accept,
+        baseline_name="none (not timed)",
+    )
+)

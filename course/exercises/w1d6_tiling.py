@@ -1,0 +1,89 @@
+"""Week 1 Day 6: tiling made visible. C = A @ B in fp32 by rank-1 updates of a register tile, without tl.dot.
+
+Each program keeps a BLOCK_M x BLOCK_N accumulator and, for every k, adds the outer product of a column
+of A's tile and a row of B's tile: each element it loads is used BLOCK_N (or BLOCK_M) times. The work
+is plain fp32 multiply-adds, so the exercise is graded in full fp32 against the same fp64 reference and
+cuBLAS SGEMM (TF32 off) as Day 7, whose input, reference and baseline functions it reuses. ``tl.dot``
+(and ``tl.dot_scaled``) are forbidden: with them the kernel would be Day 7's, and its speed would say
+nothing about reuse through the register tile.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, freivalds_error, make_inputs, reference
+from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
+
+BYTES = 4  # fp32
+
+
+def loaded_bytes(shape: Shape, block_m: int, block_n: int) -> int:
+    """Bytes of A and B a (block_m x block_n)-tiled matmul loads from global memory, caches ignored.
+
+    Every program in a row of the grid loads the same rows of A (cdiv(N, block_n) programs), every program
+    in a column the same columns of B (cdiv(M, block_m)); masked-off lanes load nothing. block_m = block_n = 1
+    is the untiled kernel: one program per output, a row of A and a column of B each.
+    """
+    m, n, k = shape
+    return BYTES * (m * k * -(-n // block_n) + k * n * -(-m // block_m))
+
+
+SPEC = register(
+    ExerciseSpec(
+        id="w1d6.matmul_outer",
+        title="Tiled fp32 matmul by rank-1 updates, without tl.dot (Week 1, Day 6)",
+        function="matmul_tiled",
+        dims=("M", "N", "K"),
+        precision="fp32-ieee",
+        output_dtype=torch.float32,
+        make_inputs=make_inputs,
+        reference=reference,
+        baseline=cublas_fp32,
+        output_shape=lambda shape: (shape[0], shape[1]),
+        flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
+        bytes_moved=lambda shape: 4.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
+        # Non-square shapes, sides that are no multiple of any power-of-two tile, a single row and a single
+        # column: a kernel without masks on M, N or K fails some of them. CPU shapes stay tiny (interpreter).
+        visible_shapes=ShapeSet(
+            gpu=((512, 512, 512), (1000, 1030, 515), (1, 300, 257)),
+            cpu=((48, 40, 56), (70, 45, 50), (1, 33, 65)),
+        ),
+        hidden_shapes=ShapeSet(
+            gpu=((2048, 1024, 768), (129, 65, 1027), (3001, 17, 64), (77, 1, 300)),
+            cpu=((130, 65, 33), (17, 129, 31), (3, 5, 120), (37, 1, 19)),
+        ),
+        bench_shapes=ShapeSet(
+            gpu=((1024, 1024, 1024), (2048, 2048, 2048), (3000, 2000, 1500)),
+            cpu=(),
+        ),
+        thresholds=(
+            Threshold(
+                name="floor",
+                kind="absolute",
+                points=1.0,
+                # PROVISIONAL: set from the lead's H100 measurement. Meant to sit well above the untiled
+                # kernel (one program per output) and below any honest tiled kernel: the course's 16 x 16
+                # rank-1 kernel (tests/adversarial honest_slow) ran at 6.4-7.3 TFLOP/s on an H100.
+                bands=((2000.0, 1.0),),
+                precision="fp32 (plain FMAs, no tensor cores)",
+                description="at least 2000 GFLOP/s (geometric mean over the benchmark shapes)",
+            ),
+            Threshold(
+                name="vs_reference",
+                kind="vs_reference",
+                points=2.0,
+                # PROVISIONAL: set from the lead's H100 measurement of the reference against itself and
+                # against the 16 x 16 rank-1 kernel; the bands give a smaller tile most of the points.
+                bands=((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
+                precision="fp32 (plain FMAs) against the course's rank-1 reference kernel",
+                description="speed as a fraction of the reference solution, same run; full points at 85%",
+            ),
+        ),
+        spot_error=freivalds_error,
+        notebook="week1/day6_tiling",
+        correctness_cells={"test_tiled_visible": "visible", "test_tiled_hidden": "hidden"},
+        draw_hidden=draw_hidden,
+        forbidden_calls=("tl.dot", "tl.dot_scaled"),
+    )
+)

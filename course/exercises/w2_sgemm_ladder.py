@@ -1,0 +1,107 @@
+"""Week 2 bonus day: the CUDA-core SGEMM ladder, seven CUDA C kernels from naive to conflict-free.
+
+Each rung is its own exercise, ``w2x.sgemm_v1`` to ``w2x.sgemm_v6b``: the fp32 product C = A @ B of
+Week 1 Day 7 (its inputs, fp64 reference, 1e-5 tolerance in full fp32, Freivalds spot check, drawn
+hidden shapes and cuBLAS SGEMM with TF32 off as the baseline are imported from ``matmul_fp32``),
+written in CUDA C through ``course.cuda``. CUDA C has no CPU interpreter: without a GPU every kernel
+and performance item is pending.
+
+Speed is graded against cuBLAS fp32 in the same run, with bands that rise with the rung: each
+version is expected to be about as fast as its design allows, not as fast as cuBLAS.
+
+"v6b really is v6b": speed alone cannot tell (a good v5 may beat a poor v6b), so each exercise
+counts only kernels whose source is a string constant of its own answer cell (``kernel_cells``,
+checked by the judge in grader/provenance.py). Launching the v3 kernel from ``sgemm_v6b``, the
+defect of the ladder's source document, earns none of v6b's points; a copy of v3's source pasted
+into the v6b cell is correct and keeps the correctness points, but not v6b's speed points.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, freivalds_error, make_inputs, reference
+from course.spec import ExerciseSpec, ShapeSet, Threshold, register
+
+NOTEBOOK = "week2/bonus_sgemm_ladder"
+VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6a", "v6b")
+
+TITLES = {
+    "v1": "naive",
+    "v2": "shared memory for A",
+    "v3": "shared memory for A and B",
+    "v4": "thread coarsening (1D block tiling)",
+    "v5": "2D block and warp tiling",
+    "v6a": "float4 loads, checked only at the edges",
+    "v6b": "A transposed in shared memory (no bank conflicts)",
+}
+
+# Full points at a fraction of cuBLAS fp32 (TF32 off) that the rung's design should reach with room
+# to spare (the notebook's traffic and bank tables say why the rungs differ), and well below what the
+# course's own kernel for that rung reaches, so that the reference solution earns every point on any
+# run: each band says "this is a v<n>", not "this beats cuBLAS".
+# PROVISIONAL: set from the lead's H100 measurement (bench/sgemm_ladder_gpu.py, same run); full
+# credit at most about 0.8 of the reference kernel's measured fraction of cuBLAS.
+BANDS: dict[str, tuple[tuple[float, float], ...]] = {
+    "v1": ((0.01, 0.5), (0.02, 1.0)),
+    "v2": ((0.015, 0.5), (0.025, 1.0)),
+    "v3": ((0.03, 0.5), (0.05, 1.0)),
+    "v4": ((0.08, 0.5), (0.15, 1.0)),
+    "v5": ((0.20, 0.5), (0.35, 1.0)),
+    "v6a": ((0.25, 0.5), (0.45, 1.0)),
+    "v6b": ((0.35, 0.25), (0.45, 0.5), (0.55, 0.75), (0.65, 1.0)),
+}
+POINTS = {"v1": 1.0, "v2": 1.0, "v3": 1.0, "v4": 1.0, "v5": 2.0, "v6a": 2.0, "v6b": 3.0}
+
+# Every rung is checked on the same shapes: a single element, sizes that are no multiple of any tile
+# (nor of 4, so v6a and v6b take their scalar paths), non-square and thin matrices.
+VISIBLE = ShapeSet(
+    gpu=((1, 1, 1), (127, 129, 131), (1000, 1030, 515), (512, 512, 512)),
+    cpu=((1, 1, 1), (17, 9, 33)),
+)
+HIDDEN = ShapeSet(
+    gpu=((4097, 4095, 1023), (2048, 1024, 768), (129, 65, 1027), (3001, 17, 64), (5, 3001, 2)),
+    cpu=((3, 5, 7), (33, 17, 9)),
+)
+# 4096^3 is where the targets are stated; 3000 x 2000 x 1500 has edge tiles in every direction.
+BENCH = ShapeSet(gpu=((4096, 4096, 4096), (3000, 2000, 1500)), cpu=())
+
+
+def _spec(version: str) -> ExerciseSpec:
+    return ExerciseSpec(
+        id=f"w2x.sgemm_{version}",
+        title=f"SGEMM {version}: {TITLES[version]}",
+        function=f"sgemm_{version}",
+        dims=("M", "N", "K"),
+        precision="fp32-ieee",
+        output_dtype=torch.float32,
+        make_inputs=make_inputs,
+        reference=reference,
+        baseline=cublas_fp32,
+        baseline_name="cuBLAS",
+        output_shape=lambda shape: (shape[0], shape[1]),
+        flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
+        bytes_moved=lambda shape: 4.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
+        visible_shapes=VISIBLE,
+        hidden_shapes=HIDDEN,
+        bench_shapes=BENCH,
+        thresholds=(
+            Threshold(
+                name="vs_cublas",
+                kind="vs_baseline",
+                points=POINTS[version],
+                bands=BANDS[version],
+                precision="fp32 (ieee) against cuBLAS SGEMM with TF32 off, same run",
+                description=f"speed as a fraction of cuBLAS fp32; full points at {BANDS[version][-1][0]:.1%}",
+            ),
+        ),
+        spot_error=freivalds_error,
+        notebook=NOTEBOOK,
+        correctness_cells={f"test_sgemm_{version}_visible": "visible", f"test_sgemm_{version}_hidden": "hidden"},
+        draw_hidden=draw_hidden,
+        language="cuda",
+        kernel_cells=(f"sgemm_{version}",),
+    )
+
+
+SPECS = {version: register(_spec(version)) for version in VERSIONS}

@@ -1,0 +1,203 @@
+"""Week 2 Day 1: the roofline specs (references, drawn records, accept rules), course.profiling's ncu reader,
+and the shared changes the day needs (a spec's accept rule in compare, host functions in check_one, a roofline
+that spans its points)."""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from course import check, plot, profiling
+from course.exercises import w2d1_profiling as day1
+from course.profiling import Measurement
+from course.spec import get
+
+CLASSIFY = get("w2d1.classify")
+ROOF_FRACTION = get("w2d1.roof_fraction")
+
+
+def test_reference_on_hand_checked_records():
+    # Ridge 20 TFLOP/s / 2 TB/s = 10 FLOP/byte.
+    memory = Measurement(flops=1e9, dram_bytes=1e9, time_ms=1.0, peak_tflops=20.0, peak_tbps=2.0)
+    assert day1.bound(memory) == "memory"
+    assert day1.fraction_of_roof(memory) == pytest.approx(0.5)  # 1e12 byte/s of 2e12
+    compute = Measurement(flops=1e12, dram_bytes=1e9, time_ms=100.0, peak_tflops=20.0, peak_tbps=2.0)
+    assert day1.bound(compute) == "compute"
+    assert day1.fraction_of_roof(compute) == pytest.approx(0.5)  # 1e13 FLOP/s of 2e13
+    at_ridge = Measurement(flops=1e10, dram_bytes=1e9, time_ms=10.0, peak_tflops=20.0, peak_tbps=2.0)
+    assert day1.bound(at_ridge) == "compute"
+    copy = Measurement(flops=0.0, dram_bytes=3e9, time_ms=2.0, peak_tflops=20.0, peak_tbps=2.0)
+    assert day1.bound(copy) == "memory"
+    assert day1.fraction_of_roof(copy) == pytest.approx(0.75)  # 1.5e12 byte/s of 2e12
+
+
+@pytest.mark.parametrize("regime", sorted(day1.REGIMES))
+def test_drawn_records_are_of_their_regime(regime):
+    for seed in range(40):
+        m = day1.draw_measurement(regime, seed)
+        ratio = (m.flops / m.dram_bytes) / (m.peak_tflops / m.peak_tbps)
+        low, high = {0: (0.004, 0.51), 1: (1.9, 51.0), 2: (0.97, 0.995), 3: (1.005, 1.03), 4: (0.0, 0.0)}[regime]
+        assert low <= ratio <= high, (regime, seed, ratio)
+        assert m.dram_bytes >= 2**26 and m.time_ms > 0 and 0.3 <= m.peak_tbps <= 8.0
+        assert 0.04 < day1.fraction_of_roof(m) < 0.98
+
+
+def test_records_are_fresh_per_seed_and_repeatable():
+    first = [CLASSIFY.make_inputs((2,), seed, "cpu")[0] for seed in range(10)]
+    assert len(set(first)) == 10
+    assert first == [CLASSIFY.make_inputs((2,), seed, "cpu")[0] for seed in range(10)]
+    assert CLASSIFY.make_inputs((0,), 7, "cpu") == ROOF_FRACTION.make_inputs((0,), 7, "cpu")
+
+
+def test_near_ridge_records_catch_the_wrong_roof():
+    # A fraction taken against the other roof is off by the intensity's distance from the ridge, at least 0.5%.
+    for seed in range(20):
+        for regime in (2, 3):
+            m = day1.draw_measurement(regime, seed)
+            seconds = m.time_ms * 1e-3
+            wrong = (m.flops / seconds / (m.peak_tflops * 1e12) if regime == 2
+                     else m.dram_bytes / seconds / (m.peak_tbps * 1e12))
+            assert not day1.accept_fraction(wrong, day1.fraction_of_roof(m), (regime,))[0]
+
+
+def test_accept_label():
+    assert day1.accept_label("memory", "memory", (0,))[0]
+    assert not day1.accept_label("compute", "memory", (0,))[0]
+    assert not day1.accept_label("Memory", "memory", (0,))[0]
+    assert not day1.accept_label("memory-bound", "memory", (0,))[0]
+
+    class Anything(str):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = str.__hash__
+
+    assert not day1.accept_label(Anything("memory"), "memory", (0,))[0]
+    assert not day1.accept_label(None, "memory", (0,))[0]
+
+
+def test_accept_fraction():
+    assert day1.accept_fraction(0.5, 0.5, (0,))[0]
+    assert day1.accept_fraction(0.5 * (1 + 5e-6), 0.5, (0,))[0]
+    assert day1.accept_fraction(1, 1.0, (0,))[0]
+    assert not day1.accept_fraction(0.5 * (1 + 5e-5), 0.5, (0,))[0]
+    assert not day1.accept_fraction(500.0, 0.5, (0,))[0]  # a unit slip of 1000
+    assert not day1.accept_fraction(np.float64(0.5), 0.5, (0,))[0]
+    assert not day1.accept_fraction(True, 1.0, (0,))[0]
+    assert not day1.accept_fraction(math.nan, 0.5, (0,))[0]
+    assert not day1.accept_fraction("0.5", 0.5, (0,))[0]
+
+
+def test_check_runs_host_functions_through_accept():
+    right = check.check(CLASSIFY, lambda m: day1.bound(m), "hidden")
+    assert right and all(r.passed for r in right)
+    always = check.check(CLASSIFY, lambda m: "memory", "visible")
+    assert [r.passed for r in always] == [True, False, True, False, True]  # regimes 0 to 4
+    fractions = check.check(ROOF_FRACTION, lambda m: day1.fraction_of_roof(m), "visible")
+    assert all(r.passed for r in fractions)
+    raising = check.check(ROOF_FRACTION, lambda m: 1 / 0, "visible")
+    assert not any(r.passed for r in raising) and "ZeroDivisionError" in raising[0].message
+
+
+def test_kernel_specs_still_need_a_launch():
+    matmul = get("w1d7.matmul_fp32")
+    result = check.check_one(matmul, lambda a, b: torch.empty((a.shape[0], b.shape[1])), (4, 4, 4), seed=0)
+    assert not result.passed and "no Triton or CUDA kernel" in result.message
+
+
+def test_compare_uses_accept_after_the_tensor_checks():
+    # A copy of a kernel spec with an accept rule that passes everything: compare calls it only for a
+    # tensor of the right shape, dtype and device.
+    calls = []
+    lenient = replace(get("w2d2.transpose"), accept=lambda out, ref, shape: (calls.append(shape) is None, "accepted"))
+    ref = torch.zeros(3, 2)
+    assert check.compare(lenient, (2, 3), torch.ones(3, 2), ref, "cpu").passed
+    assert not check.compare(lenient, (2, 3), torch.ones(2, 3), ref, "cpu").passed  # wrong shape, before accept
+    assert calls == [(2, 3)]
+
+
+def test_draw_hidden_regimes():
+    drawn = {day1.draw_hidden(random.Random(seed), False) for seed in range(30)}
+    assert len(drawn) > 1
+    assert all(len(shapes) == 4 and all(shape[0] in day1.REGIMES for shape in shapes) for shapes in drawn)
+
+
+def _row(*cells: str) -> str:
+    return ",".join(f'"{cell}"' for cell in cells)
+
+
+_HEADER = ("ID", "Process ID", "Kernel Name", "Section Name", "Metric Name", "Metric Unit", "Metric Value")
+_ROWS = (
+    ("0", "horner_kernel", "dram__bytes_read.sum", "Mbyte", "268.44"),
+    ("0", "horner_kernel", "dram__bytes_write.sum", "byte", "268,435,456"),
+    ("0", "horner_kernel", "gpu__time_duration.sum", "usecond", "250.5"),
+    ("0", "horner_kernel", "sm__sass_thread_inst_executed_op_ffma_pred_on.sum", "inst", "4294967296"),
+    ("0", "horner_kernel", "sm__sass_thread_inst_executed_op_fadd_pred_on.sum", "inst", "10"),
+    ("0", "horner_kernel", "sm__sass_thread_inst_executed_op_fmul_pred_on.sum", "inst", "6"),
+    ("0", "horner_kernel", "sm__warps_active.avg.pct_of_peak_sustained_active", "%", "n/a"),
+    ("1", "other_kernel", "gpu__time_duration.sum", "nsecond", "900"),
+)
+# The shape of `ncu --csv` output (details page), with the program's own output and ncu's lines around it.
+SAMPLE = "\n".join([
+    "==PROF== Connected to process 4242 (/usr/bin/python3)",
+    "some output of the program",
+    _row(*_HEADER),
+    *(_row(launch, "4242", kernel, "Command line profiler metrics", name, unit, value)
+      for launch, kernel, name, unit, value in _ROWS),
+    "==PROF== Disconnected from process 4242",
+])
+
+
+def test_parse_ncu_csv():
+    launches = profiling.parse_ncu_csv(SAMPLE)
+    assert [name for name, _ in launches] == ["horner_kernel", "other_kernel"]
+    metrics = launches[0][1]
+    assert metrics["dram__bytes_read.sum"] == pytest.approx(268.44e6)
+    assert metrics["dram__bytes_write.sum"] == 268435456
+    assert metrics["gpu__time_duration.sum"] == pytest.approx(250.5e-6)
+    assert "sm__warps_active.avg.pct_of_peak_sustained_active" not in metrics  # reported as text
+    assert launches[1][1]["gpu__time_duration.sum"] == pytest.approx(900e-9)
+    with pytest.raises(ValueError, match="no ncu metrics table"):
+        profiling.parse_ncu_csv("==PROF== ERR_NVGPUCTRPERM\n")
+
+
+def test_measurement_from_ncu():
+    metrics = profiling.parse_ncu_csv(SAMPLE)[0][1]
+    m = profiling.measurement_from_ncu(metrics, peak_tflops=67.0, peak_tbps=3.35)
+    assert m.flops == 2 * 4294967296 + 10 + 6
+    assert m.dram_bytes == pytest.approx(268.44e6 + 268435456)
+    assert m.time_ms == pytest.approx(0.2505)
+    assert (m.peak_tflops, m.peak_tbps) == (67.0, 3.35)
+
+
+def test_summary_and_units():
+    assert profiling.to_base_units(2.0, "Gbyte/second") == 2e9
+    assert profiling.to_base_units(3.0, "msecond") == pytest.approx(3e-3)
+    assert profiling.to_base_units(5.0, "inst") == 5.0
+    text = profiling.summary(SAMPLE, "NVIDIA H100 80GB HBM3")
+    assert "kernel horner_kernel" in text and "not reported" in text
+
+
+def test_metrics_command(capsys):
+    assert profiling.main(["metrics"]) == 0
+    assert capsys.readouterr().out.strip().split(",") == list(profiling.NCU_METRICS)
+
+
+def test_roofline_spans_its_points():
+    figure = plot.roofline(67_000.0, 3_350.0, {"far left": (0.01, 30.0), "far right": (5000.0, 60_000.0)}, "t")
+    roof = figure.axes[0].lines[0].get_xdata()
+    assert min(roof) <= 0.005 and max(roof) >= 10_000.0
+    figure = plot.roofline(67_000.0, 3_350.0, {"middle": (4.0, 1000.0)}, "t")
+    assert list(figure.axes[0].lines[0].get_xdata()) == pytest.approx([20 / 64, 20, 20 * 64])
+
+
+@pytest.mark.gpu
+def test_ncu_target_runs_on_a_gpu():
+    from course import profiling_target
+
+    profiling_target.run(steps=4, n=1 << 20, launches=2)
