@@ -17,6 +17,7 @@ import torch
 import triton
 
 from course import check, device, plan, plot, spec
+from course.exercises import w2d6_tensor_cores as day6
 from course.exercises import w2d7_gemm_fp16 as day7
 from grader import build_kernels, replay
 from grader.layout import REPO, SOLUTIONS
@@ -159,6 +160,9 @@ def test_gemm_shapes_include_unaligned_rows_and_the_three_benchmark_shapes():
         for shapes in (GEMM.visible_shapes.for_device(has_gpu), GEMM.hidden_shapes.for_device(has_gpu)):
             assert any(tma_shape(s) for s in shapes) and any(not tma_shape(s) for s in shapes)
     assert any(m == 1 for m, _, _ in GEMM.visible_shapes.cpu)
+    # An fp16 accumulator (one rounding per 16-deep tensor-core step) fails the GPU's longest K; fp32 leaves ~2e-4.
+    longest = max(k for _, _, k in GEMM.hidden_shapes.gpu)
+    assert longest == day6.LARGE_K and day6.fp16_accumulation_error(longest, 16) > 3 * GEMM.tolerance
     assert GEMM.bench_shapes.gpu == ((4096, 4096, 4096), (8192, 8192, 8192), (8192, 3072, 5120))
     aligned, odd = GEMM.draw_hidden(random.Random(2), False)
     assert all(side % 8 == 0 and 8 <= side <= 70 for side in aligned) and all(1 <= side <= 70 for side in odd)
