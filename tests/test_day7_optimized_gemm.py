@@ -102,17 +102,15 @@ def test_the_solution_order_passes_and_wrong_orders_fail(order_fn):
     for wrong in (row_major, full_groups_only):
         assert not all(r.passed for r in check.check(ORDER, wrong, "visible"))
     right = day7.order_reference((5, 3, 2))
-    accepted = {"rows of ints": right, "an int64 tensor": torch.tensor(right), "an int32 array": np.array(right,
-                dtype=np.int32)}
-    for what, value in accepted.items():
-        assert day7.accept_order(value, right, (5, 3, 2))[0], what
-    refused = {"floats": [[float(v) for v in row] for row in right], "bools": [[True] * 3] * 5,
-               "a float tensor": torch.tensor(right, dtype=torch.float64), "one row short": right[:4],
-               "a flat list": sum(right, []), "a swapped pair": [[2, 0, 4], *right[1:]]}
-    for what, value in refused.items():
-        assert not day7.accept_order(value, right, (5, 3, 2))[0], what
-    passed, message = day7.accept_order([[2, 0, 4], *right[1:]], right, (5, 3, 2))
-    assert "2 of 15 tiles" in message and "tile (0, 0) has 2, expected 0" in message
+    as_given = {"rows of ints": right, "an int64 tensor": torch.tensor(right), "an int64 array": np.array(right),
+                "an int32 array": np.array(right, dtype=np.int32), "floats": [[float(v) for v in row] for row in right],
+                "bools": [[True] * 3] * 5, "one row short": right[:4], "a flat list": sum(right, []),
+                "a swapped pair": [[2, 0, 4], *right[1:]]}
+    passed = {what: check.check(ORDER, lambda m, n, g, v=value: v, [(5, 3, 2)])[0].passed
+              for what, value in as_given.items()}
+    assert passed == {what: what in ("rows of ints", "an int64 tensor", "an int64 array") for what in as_given}
+    ok, message = day7.accept_order([[2, 0, 4], *right[1:]], right, (5, 3, 2))
+    assert not ok and "2 of 15 tiles" in message and "tile (0, 0) has 2, expected 0" in message
 
 
 # --- w2d7.matmul_fp16 -----------------------------------------------------------------------------

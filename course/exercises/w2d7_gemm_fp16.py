@@ -1,7 +1,7 @@
 """Week 2 Day 7: an optimized fp16 GEMM. Two graded functions.
 
 ``w2d7.tile_order`` (host): the launch position of every output tile under grouped ordering, as
-``num_pid_m`` lists of ``num_pid_n`` ints (a 2-D integer tensor or array is accepted too). Grouped
+``num_pid_m`` lists of ``num_pid_n`` ints (a 2-D int64 tensor or array is accepted too). Grouped
 ordering walks ``group_m`` rows of tiles at a time, column by column; the last group is shorter when
 ``group_m`` does not divide ``num_pid_m``, which is where most wrong versions go wrong (the Week 2
 source notebook computed grouped ids and then used the plain ones). The answer is exact. It is plain
@@ -67,23 +67,22 @@ def order_reference(inputs: Inputs) -> list[list[int]]:
 
 
 def accept_order(out: Any, reference: list[list[int]], shape: Shape) -> tuple[bool, str]:
-    """The same launch position for every tile; rows of ints (or an integer tensor or array), nothing else."""
-    num_pid_m, num_pid_n, group_m = shape
-    label = f"{num_pid_m} x {num_pid_n} tiles, group_m = {group_m}"
+    """The same launch position for every tile; rows of ints (or an int64 tensor or array), nothing else."""
+    num_pid_m, num_pid_n, _ = shape
     integer_tensor = isinstance(out, torch.Tensor) and not out.dtype.is_floating_point and out.dtype != torch.bool
     if integer_tensor or isinstance(out, np.ndarray) and out.dtype.kind in "iu":
         out = out.tolist()
     rows_ok = type(out) in (list, tuple) and len(out) == num_pid_m
     if not rows_ok or not all(type(row) in (list, tuple) and len(row) == num_pid_n for row in out):
         kind = getattr(out, "type_name", type(out).__name__)  # the judge's name for a value it would not export
-        return False, f"{label}: returned a {kind}, expected {num_pid_m} lists of {num_pid_n} ints"
+        return False, f"returned a {kind}, expected {num_pid_m} lists of {num_pid_n} ints"
     if any(type(value) is not int for row in out for value in row):
-        return False, f"{label}: every launch position must be an int"
+        return False, "every launch position must be an int"
     wrong = [(i, j) for i in range(num_pid_m) for j in range(num_pid_n) if out[i][j] != reference[i][j]]
     if not wrong:
-        return True, f"{label}: all {num_pid_m * num_pid_n} launch positions right"
+        return True, f"all {num_pid_m * num_pid_n} launch positions right"
     i, j = wrong[0]
-    return False, (f"{label}: {len(wrong)} of {num_pid_m * num_pid_n} tiles have a wrong launch position; "
+    return False, (f"{len(wrong)} of {num_pid_m * num_pid_n} tiles have a wrong launch position; "
                    f"tile ({i}, {j}) has {out[i][j]}, expected {reference[i][j]}")
 
 
@@ -102,7 +101,7 @@ TILE_ORDER = register(
         function="tile_order",
         dims=("num_pid_m", "num_pid_n", "group_m"),
         precision="exact",
-        output_dtype=torch.int64,  # not checked: accept_order judges the rows of ints
+        output_dtype=torch.int64,  # what a tensor answer must be; accept_order judges the values
         make_inputs=order_inputs,
         reference=order_reference,
         baseline=order_reference,  # never timed: a host function's speed is not graded
