@@ -1,6 +1,6 @@
 """Time the Week 2 Day 7 reference GEMM over tile configurations against cuBLAS fp16 (run on a GPU).
 
-    python bench/gemm_fp16_sweep.py [--budget SECONDS] [--variants graded,tma,plain,plain_one_tile,tma_one_tile]
+    python bench/gemm_fp16_sweep.py [--budget SECONDS] [--variants graded,tma,plain,plain_one_tile,...]
 
 The kernels come from the solution notebook's cells, so this times exactly what the course grades
 with. For each benchmark shape of ``w2d7.matmul_fp16`` it times cuBLAS fp16 (the spec's baseline),
@@ -10,7 +10,9 @@ included, by the wall clock), then each kernel variant under each configuration 
 - ``tma``: the persistent TMA kernel (one program per SM, tiles in grouped order, device-side descriptors);
 - ``plain``: the persistent kernel with plain pointer loads (the notebook's fallback);
 - ``plain_one_tile`` / ``tma_one_tile``: the same kernels launched with one program per tile
-  (no persistence: the plain grouped ``tl.dot`` kernel of earlier measurements).
+  (no persistence: the plain grouped ``tl.dot`` kernel of earlier measurements);
+- ``plain_row_major`` / ``tma_row_major``: each kernel's first configuration with ``GROUP_M = 1``
+  (row-major tile order), beside the same configuration grouped: what grouping is worth.
 
 Every output is checked once against an fp64 product; every time is the median of ``course.bench.time_calls``
 (L2 flushed, GPU kept busy between calls). It prints a table per shape and, per variant, the geometric mean
@@ -30,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +57,8 @@ class Config:
     @property
     def label(self) -> str:
         split = f" split{self.store_split}" if self.store_split != 1 else ""
-        return f"{self.block_m}x{self.block_n}x{self.block_k} s{self.stages} w{self.warps}{split}"
+        group = f" group{self.group_m}" if self.group_m != 8 else ""
+        return f"{self.block_m}x{self.block_n}x{self.block_k} s{self.stages} w{self.warps}{split}{group}"
 
 
 TMA_CONFIGS = (
@@ -72,6 +75,8 @@ VARIANTS: dict[str, tuple[Config, ...]] = {
     "plain": PLAIN_CONFIGS,
     "plain_one_tile": PLAIN_CONFIGS[:3],
     "tma_one_tile": TMA_CONFIGS[:2],
+    "plain_row_major": (replace(PLAIN_CONFIGS[0], group_m=1),),
+    "tma_row_major": (replace(TMA_CONFIGS[0], group_m=1),),
 }
 
 

@@ -81,8 +81,9 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
             calls[call["key"]]["seconds"] = time.perf_counter() - started
             continue
         if job.get("warmup"):
-            try:  # compiles and autotunes outside the recording
-                fn(*inputs)
+            plan.install()  # its checks apply to the warm-up call too (e.g. descriptors past their tensor)
+            try:  # compiles and autotunes outside the recording, on inputs of its own
+                fn(*exercise.make_inputs(shape, int(call["seed"]), device))
                 if device == "cuda":
                     torch.cuda.synchronize()
             except Exception:  # the recorded call reports the same failure

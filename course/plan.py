@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +24,11 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-PLAN_VERSION = 2  # 2: launches may be CUDA C (a "cuda" entry, course.cuda)
-PLAN_VERSIONS = (1, 2)  # what the judge replays
+from course import descriptors
+
+# 2: launches may be CUDA C (a "cuda" entry, course.cuda); 3: Triton arguments may be tensor descriptors
+PLAN_VERSION = 3
+PLAN_VERSIONS = (1, 2, 3)  # what the judge replays
 # Options a launch may set; the builder compiles the notebook's kernel with exactly these.
 COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
                    "launch_cooperative_grid", "launch_pdl")
@@ -134,10 +137,15 @@ class _Recording:
     poison: bool = False
 
     def locate(self, address: int) -> dict[str, Any] | None:
+        found = self.locate_in_buffer(address)
+        return found[0] if found else None
+
+    def locate_in_buffer(self, address: int) -> tuple[dict[str, Any], int] | None:
+        """Where an address points ({buffer, offset}) and that buffer's size in bytes, or None."""
         # Later allocations first: the caching allocator may hand out an address range again.
         for buffer in [*reversed(self.allocations), *self.inputs]:
             if buffer.base <= address < buffer.base + max(buffer.nbytes, 1):
-                return {"buffer": buffer.name, "offset": address - buffer.base}
+                return {"buffer": buffer.name, "offset": address - buffer.base}, buffer.nbytes
         return None
 
     def problem(self, text: str) -> None:
@@ -238,9 +246,12 @@ def _record_launch(jit_fn: Any, args: tuple, kwargs: dict, grid: Any, kernel: An
         if kind == "constexpr":
             continue
         if kind.startswith("tensordesc"):
-            recording.problem(_host_descriptor(name, launch["kernel"]))
-            return
-        if kind.startswith("*"):
+            entry, problem = _describe_descriptor(recording, value, name, launch["kernel"])
+            if entry is None:
+                recording.problem(problem)
+                return
+            arguments.append({"name": name, "descriptor": entry})
+        elif kind.startswith("*"):
             address = value.data_ptr() if hasattr(value, "data_ptr") else int(value)
             where = recording.locate(address)
             if where is None:
@@ -267,22 +278,57 @@ def _record_launch(jit_fn: Any, args: tuple, kwargs: dict, grid: Any, kernel: An
     recording.launches.append(launch)
 
 
-def _host_descriptor(name: str, kernel: str) -> str:
-    return (f"argument {name} of kernel {kernel} is a tensor descriptor made on the host, which the judge cannot "
-            "rebuild on its own buffers: make descriptors in the kernel (tl.make_tensor_descriptor)")
+def _describe_descriptor(recording: _Recording, value: Any, name: str, kernel: str) -> tuple[dict[str, Any] | None,
+                                                                                         str]:
+    """A tensor-descriptor argument as plan data, or the problem that makes it unreplayable."""
+    if not descriptors.is_descriptor(value):
+        return None, (f"argument {name} of kernel {kernel} is a kind of tensor descriptor the judge cannot replay "
+                      "(use triton.tools.tensor_descriptor.TensorDescriptor)")
+    entry, problem = descriptors.describe(value, recording.locate_in_buffer)
+    return entry, "" if entry is not None else f"the tensor descriptor {name} of kernel {kernel} {problem}"
+
+
+def _check_descriptors(recording: _Recording | None, kernel: str, names: list[str], args: tuple, kwargs: dict) -> None:
+    """Before a launch: refuse (and do not run) one whose tensor descriptor reaches outside its memory.
+
+    While a call is recorded that memory is the input or allocation the descriptor points into; at
+    any other time (a warm-up call, the notebook's own runs) it is the storage of the tensor the
+    descriptor was made from. Out of it, TMA would write over other memory, and the interpreter over
+    the host's heap.
+    """
+    for name, value in [*zip(names, args, strict=False), *kwargs.items()]:
+        if not descriptors.is_descriptor(value):
+            continue
+        if recording is not None:
+            entry, problem = _describe_descriptor(recording, value, name, kernel)
+            if entry is None:
+                recording.problem(problem)
+                raise RuntimeError(f"not launched: {problem}")
+            continue
+        storage = value.base.untyped_storage() if hasattr(value.base, "untyped_storage") else None
+        if storage is None:
+            continue
+
+        def own_storage(address: int, storage: Any = storage) -> tuple[dict[str, Any], int]:
+            return {"buffer": "storage", "offset": address - storage.data_ptr()}, storage.nbytes()
+
+        entry, problem = descriptors.describe(value, own_storage)
+        if entry is None:
+            raise RuntimeError(f"not launched: the tensor descriptor {name} of kernel {kernel} {problem}")
 
 
 def _record_interpreted(fn: Any, args: tuple, grid: Any) -> None:
     """Add one interpreter launch (CPU): the kernel, grid and where each tensor argument points."""
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
     recording = _current()
     arguments = []
     for name, value in zip(fn.arg_names, args, strict=False):
-        if isinstance(value, TensorDescriptor):  # as a compiled launch would be refused on a GPU
-            recording.problem(_host_descriptor(name, fn.__name__))
-            return
-        if isinstance(value, torch.Tensor):
+        if descriptors.is_descriptor(value):
+            entry, problem = _describe_descriptor(recording, value, name, fn.__name__)
+            if entry is None:
+                recording.problem(problem)
+                return
+            arguments.append({"name": name, "descriptor": entry})
+        elif isinstance(value, torch.Tensor):
             where = recording.locate(value.data_ptr())
             if where is None:
                 recording.problem(f"argument {name} of kernel {fn.__name__} points to memory that is neither "
@@ -297,7 +343,8 @@ _installed = False
 
 
 def install() -> None:
-    """Wrap Triton's launch entry points once (they record only while ``record_call`` runs)."""
+    """Wrap Triton's launch entry points once: they record only while ``record_call`` runs, and check
+    tensor descriptors before every launch."""
     global _installed
     if _installed:
         return
@@ -308,10 +355,17 @@ def install() -> None:
     def recording_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         recording = _current()
         if recording is None or warmup:
+            if not warmup:
+                _check_descriptors(None, self.fn.__name__, self.arg_names, args, kwargs)
             return compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
-        from triton.runtime.driver import driver
+        # Only a GPU call has a stream to compare; on a CPU a compiled (non-interpreted) kernel has no driver,
+        # and its launch below fails with the guard's message rather than here.
+        stream = None
+        if recording.stream is not None:
+            from triton.runtime.driver import driver
 
-        stream = driver.active.get_current_stream(driver.active.get_current_device())
+            stream = driver.active.get_current_stream(driver.active.get_current_device())
+        _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
         recording.in_launch += 1
         try:
             kernel = compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
@@ -327,7 +381,10 @@ def install() -> None:
     def recording_interpreted(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
         recording = _current()
         if recording is None or warmup:
+            if not warmup:
+                _check_descriptors(None, self.fn.__name__, self.arg_names, args, kwargs)
             return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
         recording.in_launch += 1
         try:
             _record_interpreted(self, args, grid)
@@ -387,6 +444,28 @@ def _describe_output(recording: _Recording, out: Any) -> dict[str, Any] | None:
             "shape": list(out.shape), "stride": list(out.stride()), "dtype": str(out.dtype).removeprefix("torch.")}
 
 
+def snapshot_inputs(inputs: tuple[Any, ...]) -> list[torch.Tensor | None]:
+    """Copies of the tensor inputs (None for other inputs), to tell afterwards whether a call wrote to them."""
+    return [value.detach().clone() if isinstance(value, torch.Tensor) else None for value in inputs]
+
+
+def changed_inputs(before: Sequence[Any], inputs: tuple[Any, ...]) -> list[int]:
+    """Positions of tensor inputs that differ from what they were (``before``: copies, or the same inputs made
+    afresh from their seed); NaN equals NaN at the same place, and non-tensor inputs are skipped."""
+    changed = []
+    for i, (old, new) in enumerate(zip(before, inputs, strict=True)):
+        if not isinstance(old, torch.Tensor):
+            continue
+        same = old.shape == new.shape and old.dtype == new.dtype
+        if same and (old.is_floating_point() or old.is_complex()):
+            same = bool(((old == new) | (old.isnan() & new.isnan())).all())
+        elif same:
+            same = torch.equal(old, new)
+        if not same:
+            changed.append(i)
+    return changed
+
+
 def record_call(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, dict[str, Any]]:
     """Call ``fn(*inputs)`` once and return its output with the plan of what it did.
 
@@ -394,6 +473,7 @@ def record_call(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, d
     alpha) is replayed as recorded, so a spec makes such inputs from the shape, never from the seed.
     """
     install()
+    before = snapshot_inputs(inputs)
     with _recording(inputs) as recording:
         try:
             out = fn(*inputs)
@@ -402,6 +482,9 @@ def record_call(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, d
         except Exception as error:  # a student's function may raise anything; it is reported as data
             recording.problem(f"the graded function raised {type(error).__name__}: {str(error)[:300]}")
             out = None
+    changed = changed_inputs(before, inputs)
+    if changed:
+        recording.problem(f"the graded function changed its input {changed[0]}: inputs are read-only")
     plan: dict[str, Any] = {"version": PLAN_VERSION, "problems": recording.problems,
                             "inputs": describe_inputs(inputs),
                             "allocations": [{"name": b.name, **b.info} for b in recording.allocations],

@@ -5,11 +5,12 @@ run recorded. It keeps only the top-level ``@triton.jit`` functions of the noteb
 (and module-level constants made of literals), checks before running anything that each
 decorator, default value and annotation is plain (no Python runs at definition time), defines
 those functions and nothing else, and compiles each recorded specialisation for the judge's GPU
-with Triton's own compiler. It writes each kernel's TTGIR and an index. CUDA C launches
-(``course.cuda``) are built by ``grader.build_cuda`` from the notebook's top-level string constants,
-into the same index. The judge replays only these builds, so a kernel the notebook does not define,
-or a binary a student supplied, is never run, and a recorded launch whose kernel differs from the
-build is refused.
+with Triton's own compiler (a host-side tensor descriptor is specialised by its recorded signature
+entry, ``tensordesc<fp16[64, 64]>``: element type and block). It writes each kernel's TTGIR and an
+index. CUDA C launches (``course.cuda``) are built by ``grader.build_cuda`` from the notebook's
+top-level string constants, into the same index. The judge replays only these builds, so a kernel
+the notebook does not define, or a binary a student supplied, is never run, and a recorded launch
+whose kernel differs from the build is refused.
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from course import descriptors
     from course.plan import decode_value, ttgir_digest
 
     out = Path(request["out"])
@@ -217,6 +219,12 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
                     continue
                 if name not in kernels:
                     index[key] = {"error": f"kernel {name} is not a top-level @triton.jit function of the notebook"}
+                    continue
+                unknown = [kind for kind in dict(launch["signature"]).values()
+                           if str(kind).startswith("tensordesc") and descriptors.parse_signature(kind) is None]
+                if unknown:
+                    index[key] = {"error": f"kernel {name} takes a tensor descriptor {str(unknown[0])[:60]!r} that "
+                                           "the judge cannot replay"}
                     continue
                 try:
                     constexprs = {tuple(path): decode_value(value) for path, value in launch["constexprs"]}

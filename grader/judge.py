@@ -339,6 +339,7 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
     import torch
 
     from course import bench
+    from course import plan as plan_module
     from course.check import compare
     from grader import replay
 
@@ -372,9 +373,14 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
             broken = f"a CUDA error in the replay ({type(failure).__name__}: {str(failure)[:200]})"
             return False, f"{label}: {broken}"
         result_out = out.clone()
-        del prepared, out, inputs
+        del prepared, out
         # The reference is computed only now, from the seed: no answer sat in GPU memory while the kernel ran.
-        reference = spec.reference(spec.make_inputs(shape, seed, "cuda"))
+        fresh = spec.make_inputs(shape, seed, "cuda")
+        changed = plan_module.changed_inputs(fresh, inputs)
+        del inputs
+        if changed:
+            return False, f"{label}: the call changed its input {changed[0]}: inputs are read-only"
+        reference = spec.reference(fresh)
         result = compare(spec, shape, result_out, reference, "cuda")
         return result.passed, result.message
 

@@ -1,20 +1,17 @@
 """Replay a recorded launch plan on the judge's own buffers, with nothing of the student's Python.
 
 A plan (``course.plan``) is untrusted JSON. ``prepare`` checks it against bounds before anything
-runs (known kernels from the course's own build, grid sizes, buffer sizes and offsets, the output
-view inside its buffer, the global scratch memory a kernel asks for), allocates its buffers
-(uninitialised ones filled with NaN), and resolves every argument; ``launch`` then only launches the
-kernels, so it can be timed alone. A CUDA C launch (``course.cuda``) replays the module the builder
-compiled from the notebook's source constant, with the same checks and CUDA's own limits on the
-grid, the block and shared memory.
-
-A Triton kernel that builds TMA descriptors on the device (``tl.make_tensor_descriptor``) needs
-global scratch memory at launch, which Triton asks the allocator set by ``triton.set_allocator`` for.
-The notebook's allocator is student Python, so the judge installs its own (``scratch_allocator``).
+runs (known kernels from the course's own build, grid sizes, buffer sizes and offsets, each argument
+of the kind its kernel's signature says, tensor descriptors and the output view inside their
+buffers), allocates its buffers (uninitialised ones filled with NaN) and any global scratch, and
+resolves every argument; ``launch`` then only launches the kernels, so it can be timed alone. A
+CUDA C launch (``course.cuda``) replays the module the builder compiled from the notebook's source
+constant, with the same checks and CUDA's own limits on the grid, the block and shared memory.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,12 +21,11 @@ import torch
 
 from course import cuda
 from course.plan import PLAN_VERSIONS, decode_value, describe_inputs
-from grader import build_cuda
+from grader import build_cuda, tma
 from grader.build_kernels import launch_key
 
 MAX_LAUNCHES = 64
 MAX_PROGRAMS = 2**24
-MAX_SCRATCH_BYTES = 256 * 2**20  # global scratch per launch; each device-side TMA descriptor takes 128 B per program
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 DTYPES = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64", "int8", "int16",
                                                   "int32", "int64", "uint8", "bool")}
@@ -46,11 +42,16 @@ class Kernels:
     compiled: dict[str, Any]
     digests: dict[str, str]
     errors: dict[str, str]
+    # launch key -> layout of each tensor-descriptor parameter, in order (grader.tma.adapt)
+    descriptors: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     functions: dict[tuple[str, str], cuda.Function] = field(default_factory=dict)  # CUDA: (key, name) -> kernel
 
 
-def load_kernels(built: Path) -> Kernels:
-    """Compile the builder's TTGIR files for this GPU (Triton's compiler on IR text: no Python of the notebook)."""
+def load_kernels(built: Path, target: Any = None) -> Kernels:
+    """Compile the builder's TTGIR files for this GPU (Triton's compiler on IR text: no Python of the notebook).
+
+    ``target`` (a ``GPUTarget``) is the current GPU's unless given (tests compile for sm_90 without one).
+    """
     import triton
 
     kernels = Kernels({}, {}, {})
@@ -69,8 +70,12 @@ def load_kernels(built: Path) -> Kernels:
                 kernels.errors[key] = f"the judge could not load a CUDA module: {error}"[:500]
             continue
         try:
-            kernels.compiled[key] = triton.compile(str(file))
+            compiled = triton.compile(str(file), target=target)
+            kernels.descriptors[key] = tma.adapt(compiled, str(file))
+            kernels.compiled[key] = compiled
             kernels.digests[key] = str(entry["digest"])
+        except tma.DescriptorError as error:
+            kernels.errors[key] = f"the judge cannot replay kernel {entry.get('kernel')}: {error}"
         except Exception as error:  # a TTGIR the compiler refuses is reported, not raised
             kernels.errors[key] = f"the judge could not compile kernel {entry.get('kernel')}: {error}"[:500]
     return kernels
@@ -80,7 +85,8 @@ def load_kernels(built: Path) -> Kernels:
 class Prepared:
     inputs: tuple[Any, ...]
     buffers: dict[str, torch.Tensor]
-    launches: list[tuple[Any, tuple[int, int, int], list[Any]]]
+    # (compiled kernel or CUDA replay, grid, arguments, its global scratch or None)
+    launches: list[tuple[Any, tuple[int, int, int], list[Any], torch.Tensor | None]]
     output: torch.Tensor
 
 
@@ -132,20 +138,6 @@ def _output_view(buffers: dict[str, torch.Tensor], description: Any, dtype: torc
     return torch.as_strided(typed, shape, stride, offset // itemsize)
 
 
-def scratch_bytes(kernel: Any, grid: tuple[int, int, int]) -> int:
-    """Global scratch one launch of a compiled kernel takes: its per-program size times the programs (and CTAs)."""
-    metadata = kernel.metadata
-    per_program = int(getattr(metadata, "global_scratch_size", 0) or 0)
-    return per_program * grid[0] * grid[1] * grid[2] * int(getattr(metadata, "num_ctas", 1) or 1)
-
-
-def scratch_allocator(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    """The judge's global scratch for one launch (Triton's allocator protocol; torch aligns it to 512 bytes)."""
-    if size > MAX_SCRATCH_BYTES or alignment > 512:
-        raise Unreplayable(f"a kernel asked for {size} bytes of global scratch aligned to {alignment}")
-    return torch.empty(size, dtype=torch.uint8, device="cuda")
-
-
 def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: torch.dtype,
             output_shape: tuple[int, ...], max_bytes: int) -> Prepared:
     """Check ``plan`` and set up one replay of it on ``inputs``; raises Unreplayable with the reason."""
@@ -171,9 +163,10 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
     if len(launches) > MAX_LAUNCHES:
         raise Unreplayable(f"the call launches more than {MAX_LAUNCHES} kernels")
     resolved = []
+    scratch_total = 0
     for launch in launches:
         if isinstance(launch, dict) and "cuda" in launch:
-            resolved.append(_cuda_launch(launch, kernels, buffers))
+            resolved.append((*_cuda_launch(launch, kernels, buffers), None))
             continue
         key = launch_key(launch)
         name = launch.get("kernel")
@@ -188,21 +181,52 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
                 or any(g > limit for g, limit in zip(grid, GRID_LIMITS, strict=True))
                 or grid[0] * grid[1] * grid[2] > MAX_PROGRAMS):
             raise Unreplayable(f"kernel {name} has a grid of {str(grid)[:60]} programs, outside the judge's bounds")
-        if scratch_bytes(kernels.compiled[key], tuple(grid)) > MAX_SCRATCH_BYTES:
-            raise Unreplayable(f"kernel {name} needs more than {MAX_SCRATCH_BYTES // 2**20} MiB of global scratch "
-                               "memory for this grid")
-        arguments = []
-        for argument in launch.get("arguments") or []:
-            if "pointer" in argument:
-                arguments.append(_pointer(buffers, argument["pointer"]))
-            else:
-                arguments.append(decode_value(argument.get("scalar") or {}))
-        resolved.append((kernels.compiled[key], tuple(grid), arguments))
+        compiled = kernels.compiled[key]
+        arguments = _arguments(launch, buffers, kernels.descriptors.get(key, []))
+        if len(arguments) != len(compiled.src.signature):
+            raise Unreplayable(f"kernel {name} was given {len(arguments)} arguments for its "
+                               f"{len(compiled.src.signature)} parameters")
+        if getattr(compiled.metadata, "profile_scratch_size", 0):
+            raise Unreplayable(f"kernel {name} was compiled with profiling instrumentation")
+        scratch, needed = None, tma.scratch_bytes(compiled, tuple(grid))
+        if needed:
+            scratch_total += needed
+            if scratch_total > min(tma.MAX_SCRATCH_BYTES, max_bytes):
+                raise Unreplayable(f"the call's kernels ask for more than {tma.MAX_SCRATCH_BYTES / 2**20:.0f} MiB "
+                                   "of global scratch")
+            scratch = torch.empty(needed, dtype=torch.uint8, device="cuda")
+        resolved.append((compiled, tuple(grid), arguments, scratch))
     output = _output_view(buffers, plan.get("output"), output_dtype, output_shape)
-    import triton
-
-    triton.set_allocator(scratch_allocator)  # a context variable: set here, where the launches will run
     return Prepared(inputs, buffers, resolved, output)
+
+
+def _arguments(launch: dict[str, Any], buffers: dict[str, torch.Tensor], layouts: list[dict[str, Any]]) -> list[Any]:
+    """Each recorded argument resolved on the judge's buffers, checked against its kind in the signature."""
+    signature = launch.get("signature")
+    recorded = launch.get("arguments") or []
+    if not isinstance(signature, dict) or not isinstance(recorded, list):
+        raise Unreplayable(f"kernel {launch.get('kernel')} has a malformed signature or argument list")
+    kinds = [str(kind) for kind in signature.values() if kind != "constexpr"]
+    if len(kinds) != len(recorded) or (layouts and len(layouts) != sum(k.startswith("tensordesc") for k in kinds)):
+        raise Unreplayable(f"the arguments of kernel {launch.get('kernel')} do not match its signature")
+    resolved: list[Any] = []
+    # No layouts: the build has no TMA parameters, and a descriptor (if any) takes its pointer form.
+    layout = iter(layouts) if layouts else itertools.repeat(None)
+    for kind, argument in zip(kinds, recorded, strict=True):
+        if not isinstance(argument, dict):
+            raise Unreplayable("an argument is malformed")
+        if kind.startswith("tensordesc") and "descriptor" in argument:
+            try:
+                resolved.extend(tma.descriptor_arguments(buffers, argument["descriptor"], kind, next(layout)))
+            except tma.DescriptorError as error:
+                raise Unreplayable(f"argument {str(argument.get('name'))[:40]}: {error}") from None
+        elif kind.startswith("*") and "pointer" in argument:
+            resolved.append(_pointer(buffers, argument["pointer"]))
+        elif not kind.startswith(("*", "tensordesc")) and "scalar" in argument:
+            resolved.append(decode_value(argument.get("scalar") or {}))
+        else:
+            raise Unreplayable(f"argument {str(argument.get('name'))[:40]} is not the {kind[:40]} its kernel takes")
+    return resolved
 
 
 def _cuda_launch(launch: dict[str, Any], kernels: Kernels, buffers: dict[str, torch.Tensor]) -> tuple[Any, ...]:
@@ -245,6 +269,15 @@ def _cuda_launch(launch: dict[str, Any], kernels: Kernels, buffers: dict[str, to
 
 def launch(prepared: Prepared) -> torch.Tensor:
     """Launch the prepared kernels in order on the current stream; returns the output view."""
-    for kernel, grid, arguments in prepared.launches:
-        kernel[grid](*arguments)
+    from triton.runtime import _allocation
+
+    for kernel, grid, arguments, scratch in prepared.launches:
+        if scratch is None:
+            kernel[grid](*arguments)
+            continue
+        token = _allocation._allocator.set(tma.Scratch(scratch))
+        try:
+            kernel[grid](*arguments)
+        finally:
+            _allocation._allocator.reset(token)
     return prepared.output
