@@ -100,6 +100,51 @@ def program_grid(panels: Mapping[str, Sequence[Sequence[float]]], title: str, an
     return fig
 
 
+def wave_footprint(orders: Mapping[str, Sequence[Sequence[float]]], programs: int, title: str) -> Figure:
+    """Per panel, a launch order over a grid of output tiles (``order[pid_m, pid_n]`` = launch position), drawn
+    as the tiles the first wave of ``programs`` programs computes (the others shaded by wave, alternately), with
+    strips marking the row panels of A (left) and column panels of B (top) that this first wave reads.
+    """
+    import numpy as np
+    from matplotlib.colors import ListedColormap
+
+    if not orders or programs < 1:
+        raise ValueError("wave_footprint needs at least one order and one program per wave")
+    first, odd, even, unread = "#c2521b", "#b9cde6", "#dde8f6", "#eeeeee"
+    fig = plt.figure(figsize=(3.8 * len(orders), 5.6), layout="constrained")
+    for subfigure, (name, values) in zip(np.atleast_1d(fig.subfigures(1, len(orders))), orders.items(), strict=True):
+        order = np.asarray(values)
+        if order.ndim != 2 or not order.size:
+            raise ValueError(f"order {name!r} is not a non-empty 2-D array (shape {order.shape})")
+        wave = order // programs
+        in_first = wave == 0
+        shade = np.where(in_first, 0, 1 + wave % 2)  # 0: first wave, 1 and 2: later waves, alternately
+        rows_read, cols_read = in_first.any(axis=1), in_first.any(axis=0)
+        axes = subfigure.subplots(2, 2, width_ratios=[1, 14], height_ratios=[1, 14], gridspec_kw={"wspace": 0.04,
+                                                                                                   "hspace": 0.04})
+        axes[0, 0].axis("off")
+        main = axes[1, 1]
+        main.imshow(shade, cmap=ListedColormap([first, odd, even]), vmin=0, vmax=2, interpolation="nearest",
+                    aspect="auto")
+        main.set_yticks([])
+        main.set_xlabel("tile column (pid_n)", fontsize=8)
+        main.tick_params(labelsize=7)
+        left, top = axes[1, 0], axes[0, 1]
+        left.imshow(np.where(rows_read, 0, 1)[:, None], cmap=ListedColormap([first, unread]), vmin=0, vmax=1,
+                    interpolation="nearest", aspect="auto")
+        left.set_xticks([])
+        left.set_ylabel("tile row (pid_m)", fontsize=8)
+        left.tick_params(labelsize=7)
+        top.imshow(np.where(cols_read, 0, 1)[None, :], cmap=ListedColormap([first, unread]), vmin=0, vmax=1,
+                   interpolation="nearest", aspect="auto")
+        top.set_xticks([])
+        top.set_yticks([])
+        subfigure.suptitle(f"{name}: the first wave reads\n{int(rows_read.sum())} row panels of A (left strip), "
+                           f"{int(cols_read.sum())} column panels of B (top)", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    return fig
+
+
 def tile_reuse(sides: Sequence[int], loaded_bytes: Sequence[float], title: str,
                gflops: Mapping[int, float] | None = None) -> Figure:
     """Bytes a tiled matmul loads against its (square) tile side, 1 meaning untiled; beside it, when

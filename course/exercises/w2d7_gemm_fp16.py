@@ -1,0 +1,257 @@
+"""Week 2 Day 7: an optimized fp16 GEMM. Two graded functions.
+
+``w2d7.tile_order`` (host): the launch position of every output tile under grouped ordering, as
+``num_pid_m`` lists of ``num_pid_n`` ints (a 2-D int64 tensor or array is accepted too). Grouped
+ordering walks ``group_m`` rows of tiles at a time, column by column; the last group is shorter when
+``group_m`` does not divide ``num_pid_m``, which is where most wrong versions go wrong (the Week 2
+source notebook computed grouped ids and then used the plain ones). The answer is exact. It is plain
+data, not a tensor on the grading device, so the notebook's check on a GPU judges it as the judge does.
+
+``w2d7.matmul_fp16`` (kernel): C = A @ B with fp16 inputs, fp32 accumulation and an fp16 output.
+The reference is fp64. Rounding the exact result to fp16 alone costs a relative error near 2e-4
+(half an fp16 ulp, 2**-11, spread over uniformly distributed rounding errors), so the fp16 tolerance of
+1e-2 leaves a wide margin for any summation order. At ordinary sizes it does not refuse fp16
+accumulation: rounding the running sum to fp16 after every 16-wide step stays near 3e-3 at K = 8192
+(an emulation in torch on a CPU: 32 x 32 outputs, randn inputs). So the GPU's hidden set holds Day 6's
+long reduction, K = 2**20 + 3, where an fp16 accumulator errs by several times the tolerance
+(``w2d6_tensor_cores.fp16_accumulation_error``) and an fp32 one does not; the interpreter cannot reach
+such a K in reasonable time. The speed is compared with cuBLAS doing the same job (fp32 accumulation,
+reduced-precision reductions off), and with the course's reference kernel, each in the same run, as a
+geometric mean over 4096^3, 8192^3 and one non-square shape.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from typing import Any
+
+import numpy as np
+import torch
+
+from course.exercises.w2d6_tensor_cores import LARGE_K
+from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
+
+# ---------------------------------------------------------------------------------------------------
+# w2d7.tile_order
+
+# Held from import time, so that nothing rebound later changes what the references compute.
+_arange, _empty, _library_mm = torch.arange, torch.empty, torch.mm
+
+
+def order_inputs(shape: Shape, seed: int, device: str) -> Inputs:
+    """The tile grid and the group height: the function's whole input (nothing random to draw)."""
+    num_pid_m, num_pid_n, group_m = (int(n) for n in shape)
+    return num_pid_m, num_pid_n, group_m
+
+
+def tile_coordinates(tile_ids: torch.Tensor, num_pid_m: int, num_pid_n: int,
+                     group_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pid_m, pid_n) of each launch position under grouped ordering (the arithmetic a kernel does)."""
+    tiles_per_group = group_m * num_pid_n
+    group = tile_ids // tiles_per_group
+    first_m = group * group_m
+    rows_in_group = torch.clamp(num_pid_m - first_m, max=group_m)
+    local = tile_ids % tiles_per_group
+    return first_m + local % rows_in_group, local // rows_in_group
+
+
+def order_reference(inputs: Inputs) -> list[list[int]]:
+    """order[pid_m][pid_n] = the launch position of that tile."""
+    num_pid_m, num_pid_n, group_m = inputs
+    positions = _arange(num_pid_m * num_pid_n, dtype=torch.int64)
+    pid_m, pid_n = tile_coordinates(positions, num_pid_m, num_pid_n, group_m)
+    order = _empty((num_pid_m, num_pid_n), dtype=torch.int64)
+    order[pid_m, pid_n] = positions
+    return order.tolist()
+
+
+def accept_order(out: Any, reference: list[list[int]], shape: Shape) -> tuple[bool, str]:
+    """The same launch position for every tile; rows of ints (or an int64 tensor or array), nothing else."""
+    num_pid_m, num_pid_n, _ = shape
+    integer_tensor = isinstance(out, torch.Tensor) and not out.dtype.is_floating_point and out.dtype != torch.bool
+    if integer_tensor or isinstance(out, np.ndarray) and out.dtype.kind in "iu":
+        out = out.tolist()
+    rows_ok = type(out) in (list, tuple) and len(out) == num_pid_m
+    if not rows_ok or not all(type(row) in (list, tuple) and len(row) == num_pid_n for row in out):
+        kind = getattr(out, "type_name", type(out).__name__)  # the judge's name for a value it would not export
+        return False, f"returned a {kind}, expected {num_pid_m} lists of {num_pid_n} ints"
+    if any(type(value) is not int for row in out for value in row):
+        return False, "every launch position must be an int"
+    wrong = [(i, j) for i in range(num_pid_m) for j in range(num_pid_n) if out[i][j] != reference[i][j]]
+    if not wrong:
+        return True, f"all {num_pid_m * num_pid_n} launch positions right"
+    i, j = wrong[0]
+    return False, (f"{len(wrong)} of {num_pid_m * num_pid_n} tiles have a wrong launch position; "
+                   f"tile ({i}, {j}) has {out[i][j]}, expected {reference[i][j]}")
+
+
+def draw_order_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
+    """Two more grids per grading run; the group height is drawn so that it rarely divides the rows."""
+    def grid() -> Shape:
+        return rng.randint(1, 40), rng.randint(1, 40), rng.choice((2, 3, 4, 5, 6, 8, 16))
+
+    return grid(), grid()
+
+
+TILE_ORDER = register(
+    ExerciseSpec(
+        id="w2d7.tile_order",
+        title="Grouped tile order (Week 2, Day 7)",
+        function="tile_order",
+        dims=("num_pid_m", "num_pid_n", "group_m"),
+        precision="exact",
+        output_dtype=torch.int64,  # what a tensor answer must be; accept_order judges the values
+        make_inputs=order_inputs,
+        reference=order_reference,
+        baseline=order_reference,  # never timed: a host function's speed is not graded
+        baseline_name="the formula",
+        output_shape=lambda shape: (shape[0], shape[1]),
+        flops=lambda shape: 0.0,
+        bytes_moved=lambda shape: 0.0,
+        # A group height that divides the rows, one that does not (the last group is shorter), one
+        # taller than the grid (a single group: column-major order) and a single row of tiles.
+        visible_shapes=ShapeSet(gpu=((4, 6, 2), (5, 3, 2), (3, 4, 8), (1, 5, 4)),
+                                cpu=((4, 6, 2), (5, 3, 2), (3, 4, 8), (1, 5, 4))),
+        # group_m = 1 is plain row-major order; the last grid is an 8192 x 8192 output in 128 x 256 tiles.
+        hidden_shapes=ShapeSet(
+            gpu=((7, 5, 3), (6, 6, 1), (9, 2, 4), (2, 9, 8), (13, 11, 8), (1, 1, 8), (64, 32, 8)),
+            cpu=((7, 5, 3), (6, 6, 1), (9, 2, 4), (2, 9, 8), (13, 11, 8), (1, 1, 8), (64, 32, 8)),
+        ),
+        bench_shapes=ShapeSet(gpu=(), cpu=()),
+        thresholds=(),
+        notebook="week2/day7_optimized_gemm",
+        correctness_cells={"test_tile_order_visible": "visible", "test_tile_order_hidden": "hidden"},
+        draw_hidden=draw_order_hidden,
+        kind="host",
+        accept=accept_order,
+    )
+)
+
+# ---------------------------------------------------------------------------------------------------
+# w2d7.matmul_fp16
+
+
+def make_inputs(shape: Shape, seed: int, device: str) -> Inputs:
+    m, n, k = shape
+    generator = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn((m, k), generator=generator, device=device, dtype=torch.float16)
+    b = torch.randn((k, n), generator=generator, device=device, dtype=torch.float16)
+    return a, b
+
+
+def reference(inputs: Inputs) -> torch.Tensor:
+    a, b = inputs
+    return a.double() @ b.double()
+
+
+def cublas_fp16(inputs: Inputs) -> torch.Tensor:
+    """cuBLAS HGEMM with fp32 accumulation and no reduced-precision (fp16) split-K reductions: the exercise's job."""
+    a, b = inputs
+    matmul = torch.backends.cuda.matmul
+    previous = matmul.allow_fp16_reduced_precision_reduction
+    matmul.allow_fp16_reduced_precision_reduction = False
+    try:
+        return _library_mm(a, b)
+    finally:
+        matmul.allow_fp16_reduced_precision_reduction = previous
+
+
+def freivalds_error(inputs: Inputs, out: torch.Tensor) -> float:
+    """||C x - A (B x)|| / ||A (B x)|| for random x in fp64: O(n^2), and any wrong region of C shows."""
+    a, b = inputs
+    # A fresh secret vector each call, so no output can be shaped to pass a known test.
+    generator = torch.Generator(device=out.device).manual_seed(secrets.randbits(63))
+    x = torch.randn((b.shape[1], 2), generator=generator, device=out.device, dtype=torch.float64)
+    expected = a.double() @ (b.double() @ x)
+    got = out.double() @ x
+    return float(torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected))
+
+
+_PRIMES = (3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 3001)
+
+
+def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
+    """Two more shapes per grading run: one with every side a multiple of 8 (rows 16-byte aligned, the shapes
+    a TMA kernel takes) and one with sides that are 1, a prime or odd; small for the CPU interpreter."""
+    limit = 3001 if has_gpu else 70
+
+    def odd_side() -> int:
+        choice = rng.random()
+        if choice < 0.15:
+            return 1
+        if choice < 0.6:
+            return rng.choice([p for p in _PRIMES if p <= limit])
+        return rng.randrange(1, limit + 1, 2)
+
+    aligned = tuple(8 * rng.randint(1, limit // 8) for _ in range(3))
+    return aligned, (odd_side(), odd_side(), odd_side())
+
+
+THRESHOLD_PRECISION = "fp16 inputs, fp32 accumulation, fp16 output"
+
+MATMUL_FP16 = register(
+    ExerciseSpec(
+        id="w2d7.matmul_fp16",
+        title="Optimized fp16 GEMM (Week 2, Day 7)",
+        function="matmul_fp16",
+        dims=("M", "N", "K"),
+        precision="fp16",
+        output_dtype=torch.float16,
+        make_inputs=make_inputs,
+        reference=reference,
+        baseline=cublas_fp16,
+        baseline_name="cuBLAS fp16",
+        output_shape=lambda shape: (shape[0], shape[1]),
+        flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
+        bytes_moved=lambda shape: 2.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
+        # Square and non-square, rows 16-byte aligned (every side a multiple of 8: a TMA kernel's shapes)
+        # and not (K = 257, 65: a TMA kernel must fall back to plain loads), a single row, and sides that
+        # are no multiple of any tile: a kernel without masks, or right only for aligned shapes, fails here.
+        visible_shapes=ShapeSet(
+            gpu=((512, 512, 512), (1000, 1032, 520), (1, 300, 257)),
+            cpu=((64, 64, 64), (100, 72, 40), (1, 33, 65)),
+        ),
+        # On a GPU also K = 2**20 + 3: an fp16 accumulator fails it (see the module's docstring).
+        hidden_shapes=ShapeSet(
+            gpu=((2048, 1024, 768), (129, 65, 1027), (3001, 17, 64), (1536, 2560, 4104), (67, 45, LARGE_K)),
+            cpu=((130, 65, 33), (17, 129, 31), (3, 5, 200), (96, 40, 48)),
+        ),
+        # Two square sizes and a non-square one with K != N; every side a multiple of 128.
+        bench_shapes=ShapeSet(
+            gpu=((4096, 4096, 4096), (8192, 8192, 8192), (8192, 3072, 5120)),
+            cpu=(),
+        ),
+        thresholds=(
+            Threshold(
+                name="vs_cublas",
+                kind="vs_baseline",
+                points=3.0,
+                # 80% of cuBLAS is the day's goal (the Week 2 source's own figure, there stated without a
+                # precision). The course's design notes record a plain grouped tl.dot kernel at 0.87 of cuBLAS
+                # fp16 at 4096 and 0.96 at 8192 on an H100, so the full band is within reach without
+                # persistence or TMA; bench/gemm_fp16_sweep.py measures that kernel again (plain_one_tile).
+                # The 0.80 is the issue's; the lower bands are a guess.
+                # PROVISIONAL: set from the lead's H100 measurement
+                bands=((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
+                precision=f"{THRESHOLD_PRECISION}, against cuBLAS fp16 (fp32 accumulation), same run",
+                description="speed as a fraction of cuBLAS fp16, same run; full points at 80%",
+            ),
+            Threshold(
+                name="vs_reference",
+                kind="vs_reference",
+                points=2.0,
+                # The reference (persistent, grouped, TMA on Hopper) aims at 95% of cuBLAS or more; 85% of it
+                # is then about the 80% of cuBLAS above.
+                # PROVISIONAL: set from the lead's H100 measurement
+                bands=((0.45, 0.25), (0.60, 0.5), (0.75, 0.75), (0.85, 1.0)),
+                precision=f"{THRESHOLD_PRECISION}, against the course's reference kernel, same run",
+                description="speed as a fraction of the reference solution, same run; full points at 85%",
+            ),
+        ),
+        spot_error=freivalds_error,
+        notebook="week2/day7_optimized_gemm",
+        correctness_cells={"test_matmul_fp16_visible": "visible", "test_matmul_fp16_hidden": "hidden"},
+        draw_hidden=draw_hidden,
+    )
+)
