@@ -23,6 +23,9 @@ def test_a_stub_is_not_graded_yet_and_the_total_says_what_is_pending(tmp_path):
     assert "not graded yet: still a stub" in done.stdout and " ok " not in done.stdout.split("total:")[0][-200:]
     assert "total: 0 of 9 points decided here; 5 more pending a GPU run" in done.stdout
     assert (tmp_path / "out" / "feedback" / "you" / "week1-day7_fast_matmul.html").exists()
+    # The week's other notebooks were not submitted to a check of this one: no verdict for them, exit 0.
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert "\nweek1/day1_host_baseline:" not in done.stdout
 
 
 def test_a_copy_named_notebook_is_checked_and_hidden_messages_stay_hidden(tmp_path):
