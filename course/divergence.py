@@ -405,19 +405,19 @@ def _parse_all(kernels: Mapping[str, KernelSource]) -> dict[str, _Kernel]:
 
 
 def _reachable(parsed: Mapping[str, _Kernel], roots: Iterable[str]) -> list[str]:
-    order, stack = [], [r for r in roots if r in parsed]
+    visited, stack = [], [r for r in roots if r in parsed]
     while stack:
         key = stack.pop()
-        if key in order:
+        if key in visited:
             continue
-        order.append(key)
+        visited.append(key)
         kernel = parsed[key]
         for call, library in _calls(kernel):
             if library is None and isinstance(call.func, ast.Name):
                 target = kernel.kernel.kernels.get(call.func.id)
                 if target in parsed:
                     stack.append(target)
-    return order
+    return visited
 
 
 def scan(kernels: Mapping[str, KernelSource], roots: Iterable[str] | None = None,

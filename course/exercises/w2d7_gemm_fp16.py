@@ -48,12 +48,11 @@ def order_inputs(shape: Shape, seed: int, device: str) -> Inputs:
 def tile_coordinates(tile_ids: torch.Tensor, num_pid_m: int, num_pid_n: int,
                      group_m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(pid_m, pid_n) of each launch position under grouped ordering (the arithmetic a kernel does)."""
-    tiles_per_group = group_m * num_pid_n
-    group = tile_ids // tiles_per_group
-    first_m = group * group_m
-    rows_in_group = torch.clamp(num_pid_m - first_m, max=group_m)
-    local = tile_ids % tiles_per_group
-    return first_m + local % rows_in_group, local // rows_in_group
+    per_group = num_pid_n * group_m  # tiles in one band of group_m rows
+    first_row = (tile_ids // per_group) * group_m
+    rows_in_group = torch.clamp(num_pid_m - first_row, max=group_m)
+    within = tile_ids % per_group
+    return first_row + within % rows_in_group, within // rows_in_group
 
 
 def order_reference(inputs: Inputs) -> list[list[int]]:
