@@ -5,6 +5,8 @@ For each graded function named in the request it records the launch plan of one 
 shape (``course.plan``); on a CPU it also keeps each output as a ``.npy`` file. The values of the
 answer variables the grader's test cells read are written as JSON (exact built-in types only:
 a subclass of ``int`` is reported as an unsupported type, never as an ``int``), arrays as ``.npy``.
+Each answer and each graded function is encoded on its own: one that cannot be encoded becomes an
+``{"unsupported": why}`` answer or an ``{"error": why}`` entry, and the others are exported as usual.
 Nothing here is trusted by the grader: it is data for the judge to check.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +26,15 @@ from course import plan, spec
 
 MAX_DEPTH = 16
 MAX_ITEMS = 10_000
+# Python refuses to turn an int of more than 4300 digits into text (sys.get_int_max_str_digits), and JSON is text.
+MAX_INT_DIGITS = 4300
 
 
 def encode_answer(value: Any, arrays: Path, name: str, depth: int = 0) -> dict[str, Any]:
     """Tagged JSON for one answer value; arrays go to ``arrays/<name>.npy``."""
     kind = type(value)
+    if kind is int and (abs(value).bit_length() - 1) * math.log10(2) >= MAX_INT_DIGITS:
+        return {"unsupported": f"an int of more than {MAX_INT_DIGITS} digits, which Python will not write as text"}
     if value is None or kind in (bool, int, str):
         return {"value": value}
     if kind is float:
@@ -40,12 +47,12 @@ def encode_answer(value: Any, arrays: Path, name: str, depth: int = 0) -> dict[s
     if kind in (np.ndarray, torch.Tensor):
         array = value.detach().cpu().numpy() if kind is torch.Tensor else value
         if array.dtype.kind not in "biuf":
-            return {"unsupported": f"array of {array.dtype}"}
+            return {"unsupported": f"an array of {array.dtype} (only numbers and booleans)"}
         arrays.mkdir(parents=True, exist_ok=True)
         path = arrays / f"{len(list(arrays.iterdir()))}.npy"
         np.save(path, np.ascontiguousarray(array), allow_pickle=False)
         return {"array": path.name, "torch": kind is torch.Tensor}
-    return {"unsupported": f"{kind.__module__}.{kind.__qualname__}"}
+    return {"unsupported": f"a value of type {kind.__module__}.{kind.__qualname__}"}
 
 
 # NumPy has no bfloat16: a bf16 output travels as its raw 16 bits, marked so, and the judge views them back.
@@ -102,6 +109,18 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
     return {"calls": calls}
 
 
+def _encoded(encode: Callable[[], dict[str, Any]], failed: str, what: str) -> str:
+    """One entry of the export as JSON text; ``{failed: why}`` when it cannot be encoded, so only it is lost."""
+    try:
+        return json.dumps(encode())
+    except Exception as error:  # e.g. a value Python will not write as text: this entry only
+        return json.dumps({failed: f"{what} could not be exported ({type(error).__name__}: {error})"[:500]})
+
+
+def _json_object(entries: dict[str, str]) -> str:
+    return "{" + ", ".join(f"{json.dumps(key)}: {text}" for key, text in entries.items()) + "}"
+
+
 def write(namespace: dict[str, Any], request_path: str) -> None:
     """Record what the request asks for from the notebook's ``namespace`` into the request's folder."""
     request = json.loads(Path(request_path).read_text(encoding="utf-8"))
@@ -110,19 +129,21 @@ def write(namespace: dict[str, Any], request_path: str) -> None:
     began = time.perf_counter()
     answers = {}
     for name in request.get("answers", []):
-        answers[name] = (encode_answer(namespace[name], out / "arrays", name) if name in namespace
-                         else {"missing": True})
-    kernels = {}
+        answers[name] = _encoded(lambda n=name: encode_answer(namespace[n], out / "arrays", n) if n in namespace
+                                 else {"missing": True}, "unsupported", "the value")
+    kernels, calls, failures = {}, 0, []
     device = request["device"]
     for job in request.get("kernels", []):
         try:
-            kernels[job["spec"]] = _record_kernel(namespace, job, device, out / "outputs")
+            recorded = _record_kernel(namespace, job, device, out / "outputs")
         except Exception as error:  # e.g. out of memory while making inputs: reported, not raised
-            kernels[job["spec"]] = {"error": f"recording failed: {type(error).__name__}: {error}"[:500], "calls": {}}
-    result = {"answers": answers, "kernels": kernels, "seconds": time.perf_counter() - began}
-    (out / "export.json").write_text(json.dumps(result), encoding="utf-8")
-    print(f"grader: recorded {sum(len(k['calls']) for k in kernels.values())} kernel calls and "
-          f"{len(answers)} answers for the judge")
-    failures = [k["error"] for k in kernels.values() if k.get("error", "").startswith("recording failed")]
+            recorded = {"error": f"recording failed: {type(error).__name__}: {error}"[:500], "calls": {}}
+            failures.append(recorded["error"])
+        calls += len(recorded["calls"])
+        kernels[job["spec"]] = _encoded(lambda r=recorded: r, "error", "the launch plan")
+    seconds = json.dumps(time.perf_counter() - began)
+    text = f'{{"answers": {_json_object(answers)}, "kernels": {_json_object(kernels)}, "seconds": {seconds}}}'
+    (out / "export.json").write_text(text, encoding="utf-8")
+    print(f"grader: recorded {calls} kernel calls and {len(answers)} answers for the judge")
     if failures:  # shown as this cell's error, so the run's status says what went wrong (e.g. a CUDA error)
         raise RuntimeError(failures[0])

@@ -2,7 +2,8 @@
 
 Exit codes: 0 when every notebook found was graded normally; 1 when ``grade`` or ``check`` found a
 notebook it could not grade normally (a timeout, a dead kernel, a corrupt or ambiguous file...: the
-summary names each; ``grade --allow-ungraded`` exits 0 anyway); 2 for a usage or setup error.
+summary names each; ``grade --allow-ungraded`` exits 0 anyway, unless the grader itself failed on one:
+a ``grader_error`` is never a student's zero); 2 for a usage or setup error.
 A missing notebook (nothing submitted) is listed in the summary but does not change the exit code.
 """
 
@@ -16,7 +17,7 @@ import time
 from pathlib import Path
 
 from grader import GRADER_VERSION, release
-from grader.results import MISSING, ItemResult, NotebookResult
+from grader.results import GRADER_ERROR, MISSING, ItemResult, NotebookResult
 
 DEFAULT_OUT = Path("build/grades")
 
@@ -104,6 +105,10 @@ def not_graded_summary(all_results: list[NotebookResult]) -> list[str]:
         lines.append(f"NOT GRADED NORMALLY: {len(failed)} of {len(all_results)} notebooks ({kinds}); their points "
                      "are 0 or incomplete. Each one (also in students.csv, column messages):")
         lines += [f"  {r.student}/{r.assignment}/{r.notebook}: {r.status}: {_line(r.summary)}" for r in failed]
+    faults = [r for r in failed if r.status == GRADER_ERROR]
+    if faults:
+        lines.append(f"GRADER ERRORS: the grader failed on {len(faults)} notebook(s), not the students: do not "
+                     "publish their points; fix the cause and grade again (they are graded again on the next run)")
     if missing:
         lines.append(f"MISSING: {len(missing)} of {len(all_results)} notebooks were not submitted (scored 0):")
         lines += [f"  {r.student}/{r.assignment}/{r.notebook}: {_line(r.summary)}" for r in missing]
@@ -119,7 +124,8 @@ def _settings(args: argparse.Namespace):
     shapes = json.loads(args.bench_shapes) if args.bench_shapes else None
     return Settings(device=device, device_name=name, jobs=args.jobs, force=args.force, bench_shapes=shapes,
                     cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
-                    judge_timeout=args.judge_timeout, memory_bytes=int(args.memory_gb * 2**30),
+                    judge_timeout=args.judge_timeout, replay_floor=args.replay_timeout,
+                    memory_bytes=int(args.memory_gb * 2**30),
                     sandbox=args.sandbox, seed=args.seed)
 
 
@@ -177,10 +183,11 @@ def cmd_grade(args: argparse.Namespace) -> int:
     closing = not_graded_summary(all_results)
     print("\n" + "\n".join(closing), flush=True)
     if any(not r.graded_normally for r in all_results):
-        if args.allow_ungraded:
+        if args.allow_ungraded and not any(r.status == GRADER_ERROR for r in all_results):
             print("(exit status 0: --allow-ungraded)")
             return 0
-        print(closing[0], file=sys.stderr)
+        print("\n".join(line for line in closing if not line.startswith("  ") and "MISSING" not in line),
+              file=sys.stderr)
         return 1
     return 0
 
@@ -324,6 +331,10 @@ def _execution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge-timeout", type=float, default=900.0,
                         help="seconds the judge may spend on one notebook: replay, checks and timing "
                              "(default: %(default)g; make: JUDGE_TIMEOUT)")
+    parser.add_argument("--replay-timeout", type=float, default=20.0,
+                        help="seconds one replay of a student's kernel may take before the judge stops it and fails "
+                             "only that kernel's items; longer where 50 x the reference solution's time is "
+                             "(default: %(default)g)")
     parser.add_argument("--memory-gb", type=float, default=8.0,
                         help="host memory one notebook run may use, GiB (default: %(default)g; make: MEMORY_GB)")
     parser.add_argument("--seed", type=int, default=None,
@@ -345,7 +356,8 @@ def parser() -> argparse.ArgumentParser:
         "grade", help="grade a class: gradebook, CSVs and feedback pages in --out",
         description="Grade every student folder under SUBMISSIONS into --out. Every folder and expected notebook "
                     "becomes a row, graded or not. Exit status: 0 when every notebook found was graded normally, "
-                    "1 when one was not (the closing summary names each; --allow-ungraded exits 0), 2 for a "
+                    "1 when one was not (the closing summary names each; --allow-ungraded exits 0 unless the grader "
+                    "itself failed on one), 2 for a "
                     "usage or setup error. Missing notebooks are listed but do not change the exit status.")
     p.add_argument("submissions", nargs="?",
                    help="<dir>/<student>/<assignment>/<notebook>.ipynb (default: the demo class, built in --out)")
@@ -353,7 +365,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="grade again notebooks already graded (default: keep them)")
     p.add_argument("--allow-ungraded", action="store_true",
                    help="exit 0 even when some notebooks could not be graded normally (the summary still lists "
-                        "them; `make grade` passes it for the demo class, whose `crashes` student fails by design)")
+                        "them; `make grade` passes it for the demo class, whose `crashes` student fails by design), "
+                        "unless the grader itself failed on one (grader_error)")
     _execution_options(p)
     p.set_defaults(run=cmd_grade)
 

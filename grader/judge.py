@@ -15,14 +15,18 @@ student's kernel can break its CUDA context); ``judge(job)`` runs one in-process
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import hashlib
 import json
 import math
+import os
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -31,14 +35,104 @@ from grader import build_kernels, provenance, results
 MAX_ANSWER_BYTES = 16 * 2**20
 
 
-class Unsupported:
-    """An answer whose type the sandbox would not export (e.g. a subclass of int): equal to nothing."""
+# The watched judge (grader.watchdog) reads its steps from this file descriptor, named in this variable.
+WATCH_FD = "GRADER_JUDGE_WATCH_FD"
+TESTS = "tests"
 
-    def __init__(self, type_name: str):
-        self.type_name = type_name
+
+class Watch:
+    """The judge's side of the watchdog: each step it starts, which graded function, and the seconds it may take.
+
+    A step with a limit is student work (a replay or a timed call); ``None`` means the judge's own work, which
+    only the judge's per-notebook limit bounds. Without a watchdog (the in-process CPU judge) it says nothing.
+    """
+
+    def __init__(self) -> None:
+        self.stream: TextIO | None = None
+
+    def connect(self, fd: str | None) -> None:
+        self.stream = os.fdopen(int(fd), "w", buffering=1) if fd else None
+
+    def step(self, spec: str | None, what: str, seconds: float | None) -> None:
+        if self.stream is not None:
+            self.stream.write(json.dumps({"spec": spec, "step": what, "seconds": seconds}) + "\n")
+
+    @contextlib.contextmanager
+    def running(self, spec: str, what: str, seconds: float | None) -> Iterator[None]:
+        self.step(spec, what, seconds)
+        try:
+            yield
+        finally:
+            self.step(spec, "checks", None)
+
+
+WATCH = Watch()
+
+
+def replay_limit(job: dict[str, Any], spec: Any, shape: tuple[int, ...]) -> float | None:
+    """Seconds one replay of the student's plan at ``shape`` may take: the floor, or more where the reference
+    solution's slowest benchmark replay, scaled to this shape's work, times the factor is longer."""
+    watchdog = job.get("watchdog")
+    if not isinstance(watchdog, dict):
+        return None
+    per_work = float((watchdog.get("reference") or {}).get(spec.id) or 0.0)
+    return max(float(watchdog["floor"]), float(watchdog["factor"]) * per_work * spec.work(shape))
+
+
+def kernel_part(spec_id: str) -> str:
+    return f"kernel-{spec_id}"
+
+
+class Checkpoints:
+    """The finished parts of one notebook's verdict, one JSON file each (nothing kept without a folder)."""
+
+    def __init__(self, folder: str | None):
+        self.folder = Path(folder) if folder else None
+
+    def load(self, part: str) -> Any:
+        if self.folder is None:
+            return None
+        try:
+            return results.read_json(self.folder / f"{part}.json")
+        except (OSError, ValueError):
+            return None
+
+    def save(self, part: str, data: Any) -> None:
+        if self.folder is not None:
+            results.write_json_atomic(self.folder / f"{part}.json", data)
+
+    def so_far(self, job: dict[str, Any]) -> dict[str, Any]:
+        """A verdict of the parts finished so far (for a judge that ended early)."""
+        verdict: dict[str, Any] = {"kernels": {}}
+        if (tests := self.load(TESTS)) is not None:
+            verdict["tests"] = tests
+        for spec_job in job["kernels"]:
+            if (kernel := self.load(kernel_part(spec_job["spec"]))) is not None:
+                verdict["kernels"][spec_job["spec"]] = kernel
+        return verdict
+
+
+def stopped_verdict(spec_job: dict[str, Any], message: str) -> dict[str, Any]:
+    """The verdict of a graded function the watchdog stopped: every item of it fails, saying why."""
+    sets = {call["set"]: {"passed": False, "provisional": False, "messages": [f"FAIL {message}"]}
+            for call in spec_job["calls"]}
+    return {"sets": sets, "bench": {"measured": False, "reason": message, "rows": []}, "stopped": message}
+
+
+def _record_fault(verdict: dict[str, Any], what: str, error: Exception) -> None:
+    """The judge's own failure (never the student's): the verdict's error, which makes a grader_error."""
+    verdict.setdefault("error", f"the judge failed while {what}: {type(error).__name__}: {error}"[:500])
+    verdict.setdefault("traceback", traceback.format_exc()[-2000:])
+
+
+class Unsupported:
+    """An answer the grader does not take (a subclass of int, an array it cannot load...): equal to nothing."""
+
+    def __init__(self, why: str):
+        self.why = why
 
     def __repr__(self) -> str:
-        return f"<a value of type {self.type_name}, which the grader does not accept>"
+        return f"<unsupported: {self.why}>"
 
     def __eq__(self, other: object) -> bool:
         return False
@@ -52,10 +146,21 @@ def derive_seed(run_seed: int, *parts: object) -> int:
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
 
+def _load_array(path: Path) -> Any:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except Exception as error:  # a pickled object array, a truncated or foreign file: this answer only
+        return Unsupported(f"its array file cannot be read ({type(error).__name__}: {str(error)[:200]})")
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
+        return Unsupported("its array file holds no array of numbers or booleans")
+    return array
+
+
 def decode_answer(data: Any, arrays: Path) -> Any:
+    """One exported answer as a value; an ``Unsupported`` (never an exception) for anything else."""
     if not isinstance(data, dict):
         return Unsupported("malformed")
-    if "value" in data and type(data["value"]) in (bool, int, float, str, type(None)):
+    if "value" in data and type(data["value"]) in (bool, int, float, str, type(None), Unsupported):
         return data["value"]
     if "float" in data and data["float"] in ("nan", "inf", "-inf"):
         return float(data["float"])
@@ -69,8 +174,8 @@ def decode_answer(data: Any, arrays: Path) -> Any:
         path = arrays / Path(data["array"]).name
         if not path.is_file() or path.stat().st_size > MAX_ANSWER_BYTES:
             return Unsupported("missing or oversized array")
-        array = np.load(path, allow_pickle=False)
-        if data.get("torch"):
+        array = _load_array(path)
+        if data.get("torch") and isinstance(array, np.ndarray):
             import torch
 
             return torch.from_numpy(array)
@@ -78,8 +183,27 @@ def decode_answer(data: Any, arrays: Path) -> Any:
     return Unsupported(str(data.get("unsupported", "unknown")))
 
 
+def _unsupported_in(value: Any) -> Unsupported | None:
+    """The first unsupported part of a decoded answer, or None."""
+    if isinstance(value, Unsupported):
+        return value
+    parts = value.values() if isinstance(value, dict) else value if isinstance(value, list | tuple) else ()
+    return next((found for part in parts if (found := _unsupported_in(part))), None)
+
+
+def _names_read(source: str) -> set[str]:
+    try:
+        return {node.id for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Name)}
+    except (SyntaxError, ValueError):
+        return set()
+
+
 def run_tests(tests: list[dict[str, str]], answers: dict[str, Any], arrays: Path) -> dict[str, dict[str, Any]]:
-    """Run each master test cell against the exported answers; a verdict per grade id."""
+    """Run each master test cell against the exported answers; a verdict per grade id.
+
+    A test that reads an answer the grader cannot take fails with "unsupported answer" and why; the
+    other tests are not affected.
+    """
     import torch
 
     import course
@@ -87,9 +211,18 @@ def run_tests(tests: list[dict[str, str]], answers: dict[str, Any], arrays: Path
     base: dict[str, Any] = {"course": course, "math": math, "np": np, "torch": torch}
     for name, data in answers.items():
         if not (isinstance(data, dict) and data.get("missing")):
-            base[name] = decode_answer(data, arrays)
+            try:
+                base[name] = decode_answer(data, arrays)
+            except RecursionError:
+                base[name] = Unsupported("nested too deeply")
+    unsupported = {name: found for name in answers if (found := _unsupported_in(base.get(name)))}
     verdicts = {}
     for test in tests:
+        read = sorted(_names_read(test["source"]) & set(unsupported))
+        if read:
+            verdicts[test["grade_id"]] = {"passed": False,
+                                          "message": f"unsupported answer: {read[0]}: {unsupported[read[0]].why}"}
+            continue
         try:
             exec(compile(test["source"], f"<test {test['grade_id']}>", "exec"), dict(base))
             verdicts[test["grade_id"]] = {"passed": True, "message": ""}
@@ -104,6 +237,14 @@ def run_tests(tests: list[dict[str, str]], answers: dict[str, Any], arrays: Path
     return verdicts
 
 
+def _parse_int(digits: str) -> int | Unsupported:
+    """An int of the export, or Unsupported where Python would refuse it (too many digits): that answer only."""
+    try:
+        return int(digits)
+    except ValueError:
+        return Unsupported(f"an int of {len(digits.lstrip('-'))} digits")
+
+
 def read_export(folder: Path) -> dict[str, Any]:
     path = folder / "export.json"
     if not path.is_file():
@@ -111,7 +252,7 @@ def read_export(folder: Path) -> dict[str, Any]:
     if path.stat().st_size > 64 * 2**20:
         return {"error": "the export is larger than 64 MiB"}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"), parse_int=_parse_int)
     except (ValueError, RecursionError) as error:
         return {"error": f"the export is not readable: {type(error).__name__}"}
     return data if isinstance(data, dict) else {}
@@ -298,8 +439,13 @@ def _allowed(spec: Any, cells: list[Any]) -> provenance.Allowed | None:
     return provenance.allowed_kernels(cells, spec.kernel_cells) if spec.kernel_cells else None
 
 
-def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
-    """Replay and time every graded function of one notebook (run in a process of its own)."""
+def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], None] = lambda *_: None,
+              ) -> dict[str, Any]:
+    """Replay and time every graded function of one notebook (run in a process of its own).
+
+    ``finished(spec_id, verdict)`` is called as each function's verdict is made (the checkpoints of a
+    watched judge). A failure of the judge itself on one function is reported and the others are judged.
+    """
     import torch
 
     from course import device
@@ -318,12 +464,17 @@ def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
     with torch.cuda.stream(stream):
         for spec_job in job["kernels"]:
             spec = specs.get(spec_job["spec"])
-            if spec.kind == "host":
-                verdict["kernels"][spec.id] = _judge_host(spec, spec_job, student_export,
-                                                          Path(job["export"]) / "arrays", "cuda")
+            try:
+                if spec.kind == "host":
+                    kernel = _judge_host(spec, spec_job, student_export, Path(job["export"]) / "arrays", "cuda")
+                else:
+                    kernel = _judge_spec(spec, spec_job, job, student_export, student_kernels,
+                                         reference_export, reference_kernels)
+            except Exception as error:  # the judge's own fault, never the student's: a grader_error
+                _record_fault(verdict, f"judging {spec.id}", error)
                 continue
-            verdict["kernels"][spec.id] = _judge_spec(spec, spec_job, job, student_export, student_kernels,
-                                                      reference_export, reference_kernels)
+            verdict["kernels"][spec.id] = kernel
+            finished(spec.id, kernel)
     verdict["seconds"]["judge"] = time.perf_counter() - started
     return verdict
 
@@ -364,9 +515,11 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
         inputs = spec.make_inputs(shape, seed, "cuda")
         try:
             out_shape = tuple(output_shape(shape))
-            prepared = replay.prepare(plan, inputs, kernels_, spec.output_dtype, out_shape, _budget(inputs, out_shape))
-            out = replay.launch(prepared)
-            torch.cuda.synchronize()
+            with WATCH.running(spec.id, f"its replay at {label}", replay_limit(job, spec, shape)):
+                prepared = replay.prepare(plan, inputs, kernels_, spec.output_dtype, out_shape,
+                                          _budget(inputs, out_shape))
+                out = replay.launch(prepared)
+                torch.cuda.synchronize()
         except (replay.Unreplayable, ValueError, KeyError, TypeError) as problem:
             return False, f"{label}: not replayable: {problem}"
         except Exception as failure:  # a CUDA error in the student's kernel
@@ -411,7 +564,7 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
             row["error"] = message
             continue
         row["student_ms"], row["error"] = (None, f"not timed: {message}") if not passed else \
-            _time_plan(spec, plan, kernels, shape, seed)
+            _time_plan(spec, plan, kernels, shape, seed, replay_limit(job, spec, shape))
         baseline = bench.time_calls(lambda *inputs: spec.baseline(inputs),
                                     lambda j, s=shape, b=seed: spec.make_inputs(s, b + 7 + j, "cuda"), warmup=1)
         row["baseline_ms"] = baseline.median_ms
@@ -423,9 +576,12 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
     return {"sets": sets, "bench": {"measured": True, "rows": rows, "broken": broken}}
 
 
-def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...],
-               seed: int) -> tuple[float | None, str | None]:
-    """Median ms of the plan with fresh inputs for every call, each output spot-checked; or why not."""
+def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...], seed: int,
+               limit: float | None = None) -> tuple[float | None, str | None]:
+    """Median ms of the plan with fresh inputs for every call, each output spot-checked; or why not.
+
+    ``limit``: the seconds each call (with its check) may take before the watchdog stops the judge.
+    """
     from course import bench
     from course.check import relative_error
     from grader import replay
@@ -434,6 +590,7 @@ def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...],
     out_shape = tuple(spec.output_shape(shape))
 
     def make_args(i: int) -> tuple:
+        WATCH.step(spec.id, f"timing at {spec.shape_label(shape)}", limit)
         inputs = spec.make_inputs(shape, seed + 11 + i, "cuda")
         return (replay.prepare(plan, inputs, kernels, spec.output_dtype, out_shape, _budget(inputs, out_shape)),)
 
@@ -451,28 +608,67 @@ def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...],
         timing = bench.time_calls(replay.launch, make_args, after=after, warmup=1)
     except (replay.Unreplayable, ValueError) as problem:
         return None, f"not timed: {problem}"
+    finally:
+        WATCH.step(spec.id, "timed", None)
     if failures:
         return None, failures[0]
     return timing.median_ms, None
 
 
 def judge(job: dict[str, Any]) -> dict[str, Any]:
-    """Every verdict for one notebook: kernels (by device) and the master test cells."""
+    """Every verdict for one notebook: the master test cells on the answers first, then each graded function.
+
+    With ``job["checkpoints"]`` (a folder: the watched judge process), each finished part is saved there as
+    it ends and parts already there are kept, so a judge started again after a kill goes on where it stopped.
+    A failure of the judge itself is the verdict's ``error`` (a grader_error), with every part it finished.
+    """
+    saved = Checkpoints(job.get("checkpoints"))
     export = read_export(Path(job["export"]))
-    answers = export.get("answers") if isinstance(export.get("answers"), dict) else {}
-    verdict = judge_gpu(job) if job["device"] == "gpu" else judge_cpu(job)
-    verdict["tests"] = run_tests(job["tests"], answers, Path(job["export"]) / "arrays")
-    verdict["export_error"] = export.get("error")
-    verdict["recorded"] = bool(export)
+    tests = saved.load(TESTS)
+    if tests is None:
+        WATCH.step(None, "the master test cells", None)
+        answers = export.get("answers") if isinstance(export.get("answers"), dict) else {}
+        tests = run_tests(job["tests"], answers, Path(job["export"]) / "arrays")
+        saved.save(TESTS, tests)
+    verdict: dict[str, Any] = {"tests": tests, "kernels": {}, "export_error": export.get("error"),
+                               "recorded": bool(export)}
+    pending = []
+    for spec_job in job["kernels"]:
+        done = saved.load(kernel_part(spec_job["spec"]))
+        if done is None:
+            pending.append(spec_job)
+        else:
+            verdict["kernels"][spec_job["spec"]] = done
+    if not pending:
+        return verdict
+
+    def finished(spec_id: str, kernel: dict[str, Any]) -> None:
+        saved.save(kernel_part(spec_id), kernel)
+
+    if job["device"] == "gpu":
+        judged = judge_gpu({**job, "kernels": pending}, finished)
+    else:
+        WATCH.step(None, "the kernels' verdicts", None)
+        try:
+            judged = judge_cpu({**job, "kernels": pending})
+        except Exception as error:  # the judge's own fault, never the student's: a grader_error
+            judged = {"kernels": {}}
+            _record_fault(judged, "judging the kernels", error)
+        for spec_id, kernel in judged["kernels"].items():
+            finished(spec_id, kernel)
+    verdict["kernels"].update(judged.pop("kernels"))
+    verdict.update(judged)
     return verdict
 
 
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    WATCH.connect(os.environ.get(WATCH_FD))
     try:
         verdict = judge(job)
-    except Exception as error:  # the judge's own failure is a status for this notebook, not a crash
-        verdict = {"error": f"{type(error).__name__}: {error}", "traceback": traceback.format_exc()[-2000:]}
+    except Exception as error:  # the judge's own failure: a grader_error for this notebook, with what it finished
+        verdict = Checkpoints(job.get("checkpoints")).so_far(job)
+        _record_fault(verdict, "judging", error)
     results.write_json_atomic(Path(job["verdict"]), verdict)
     return 0
 

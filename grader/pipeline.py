@@ -22,7 +22,6 @@ import os
 import re
 import secrets
 import shutil
-import subprocess
 import sys
 import warnings
 from collections.abc import Callable
@@ -35,10 +34,11 @@ from nbgrader.api import Gradebook
 from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
-from grader import GRADER_VERSION, gradebook, judge, results, sandbox, score
+from grader import GRADER_VERSION, gradebook, judge, results, sandbox, score, watchdog
 from grader.dispatch import local_slots, run_local
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute
 from grader.layout import (
+    REPO,
     SOLUTIONS,
     CourseNotebook,
     Submission,
@@ -52,6 +52,7 @@ from grader.sanitize import sanitize
 
 JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
 RECORDING_CELL = "recording"
+JUDGE_MODULE = "grader.judge"
 
 
 class SandboxUnavailable(RuntimeError):
@@ -68,6 +69,10 @@ class Settings:
     cell_timeout: float = 600.0
     notebook_timeout: float = 1800.0
     judge_timeout: float = 900.0
+    # The watchdog's limit on one replay of a student's kernel: this floor, or more where factor x the
+    # reference solution's slowest benchmark replay (scaled to the shape's work) is longer.
+    replay_floor: float = 20.0
+    replay_factor: float = 50.0
     memory_bytes: int = 8 * 2**30
     output_bytes: int = 64 * 2**20
     sandbox: bool = True
@@ -118,7 +123,8 @@ def _up_to_date(out: Path, submission: Submission, settings: Settings) -> bool:
         old = results.read_json(path)
     except (OSError, ValueError):
         return False
-    return (old.get("grader_version") == GRADER_VERSION and old.get("device") == settings.device_name
+    return (old.get("status") != results.GRADER_ERROR  # a grader fault is tried again
+            and old.get("grader_version") == GRADER_VERSION and old.get("device") == settings.device_name
             and old.get("submission_sha256") == sha256(submission.path)
             and old.get("submitted_file", submission.submitted_file) == submission.submitted_file
             and old.get("student") == submission.student)
@@ -223,6 +229,7 @@ class Task:
 class Graded:
     outcome: Outcome
     verdict: dict[str, Any] | None
+    run_status: str = ""  # the notebook run's own status, where a grader fault made the outcome grader_error
 
 
 def _job(task: Task, scratch: Path, log: Path) -> Job:
@@ -238,31 +245,52 @@ def _keep(scratch: Path, run: Path) -> None:
         sandbox.copy_out(scratch / name, run / name)
 
 
+def grader_environment(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a grader subprocess started with -P from a scratch folder: it finds this grader as we did."""
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)}
+
+
 def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
     path = task.run / "judge.json"
     path.write_text(json.dumps(judge_job), encoding="utf-8")
     if task.settings.device != "gpu":
-        return judge.judge(judge_job)
+        try:
+            return judge.judge(judge_job)
+        except Exception as error:  # the judge's own fault: a grader_error, never a student's zero
+            return {"error": f"the judge failed: {type(error).__name__}: {error}"[:500]}
     scratch = sandbox.make_scratch("gpu-course-judge-")
     # Only judges write this cache, and only from course-built TTGIR (keyed by its hash), so it is shared.
     cache = task.judge_cache or scratch / "triton-cache"
-    env = dict(os.environ, TRITON_CACHE_DIR=str(cache), CUDA_VISIBLE_DEVICES=task.gpu or "0")
+    env = grader_environment(dict(os.environ, TRITON_CACHE_DIR=str(cache), CUDA_VISIBLE_DEVICES=task.gpu or "0"))
+    # setpriv --pdeathsig: the judge dies with the grader, even when the grader is killed outright.
+    guard = [setpriv, "--pdeathsig", "KILL", "--"] if (setpriv := shutil.which("setpriv")) else []
     try:
-        with open(task.run / "judge.log", "wb") as judge_log:
-            # setpriv --pdeathsig: the judge dies with the grader, even when the grader is killed outright.
-            guard = [setpriv, "--pdeathsig", "KILL", "--"] if (setpriv := shutil.which("setpriv")) else []
-            subprocess.run([*guard, sys.executable, "-P", "-m", "grader.judge", str(path)], cwd=scratch, env=env,
-                           timeout=task.settings.judge_timeout, stdout=judge_log, stderr=subprocess.STDOUT,
-                           check=False)
-    except subprocess.TimeoutExpired:
-        return {"error": f"the judge ran past its {task.settings.judge_timeout:.0f} s limit (a kernel that never "
-                         "ends?)"}
+        return watchdog.run([*guard, sys.executable, "-P", "-m", JUDGE_MODULE, str(path)], judge_job, env, scratch,
+                            task.run / "judge.log", task.settings.judge_timeout)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _replay_watchdog(task: Task) -> dict[str, Any]:
+    """The judge's per-replay limits: the floor and factor, and each kernel's reference seconds per unit of work."""
+    per_work: dict[str, float] = {}
     try:
-        return results.read_json(Path(judge_job["verdict"]))
-    except (OSError, ValueError):
-        return {"error": "the judge ended without a verdict (see judge.log)"}
+        kernels = results.read_json(Path(task.reference["verdict"])).get("kernels") if task.reference else {}
+    except (OSError, ValueError, KeyError):
+        kernels = {}
+    for spec_id, kernel in (kernels or {}).items():
+        rows = (kernel.get("bench") or {}).get("rows") or []
+        rates = [row["student_ms"] / 1000 / row["work"] for row in rows if row.get("student_ms") and row.get("work")]
+        if rates:
+            per_work[spec_id] = max(rates)
+    return {"floor": task.settings.replay_floor, "factor": task.settings.replay_factor, "reference": per_work}
+
+
+def _grader_fault(outcome: Outcome, problem: str) -> Outcome:
+    """The outcome of a notebook the grader failed (not the student): grader_error, saying what the run did."""
+    ran = "" if outcome.status == results.OK else f" (the notebook run itself ended {outcome.status}: " \
+                                                  f"{outcome.message})"
+    return Outcome(results.GRADER_ERROR, f"a grader fault, not the notebook's: {problem}{ran}", outcome.timings)
 
 
 def run_task(task: Task) -> Graded:
@@ -270,7 +298,7 @@ def run_task(task: Task) -> Graded:
     task.run.mkdir(parents=True, exist_ok=True)
     for stale in ("executed.ipynb", "outcome.json", "verdict.json"):
         (task.run / stale).unlink(missing_ok=True)
-    for stale in ("export", "built"):
+    for stale in ("export", "built", "judge-parts"):
         shutil.rmtree(task.run / stale, ignore_errors=True)
     jobs = kernel_calls(task.plan.notebook, task.settings, task.run_seed, task.key, task.bench_only)
     scratch = sandbox.make_scratch()
@@ -293,14 +321,19 @@ def run_task(task: Task) -> Graded:
             outcome.timings.update(built.timings)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
+        if built.status != results.OK:  # no kernel can be judged: nothing here is the student's zero
+            return Graded(_grader_fault(outcome, built.message), None, outcome.status)
     judge_job = {"device": task.settings.device, "export": str(task.run / "export"), "built": str(task.run / "built"),
                  "notebook": str(task.run / "sanitized.ipynb"),
                  "reference": task.reference, "run_seed": task.run_seed, "student": task.key, "kernels": jobs,
-                 "tests": task.plan.tests, "verdict": str(task.run / "verdict.json")}
+                 "tests": task.plan.tests, "verdict": str(task.run / "verdict.json"),
+                 "checkpoints": str(task.run / "judge-parts"), "watchdog": _replay_watchdog(task)}
     verdict = _judge(task, judge_job)
     results.write_json_atomic(task.run / "verdict.json", verdict)
     for name, seconds in (verdict.get("seconds") or {}).items():
         outcome.timings[name] = float(seconds)
+    if verdict.get("error"):
+        return Graded(_grader_fault(outcome, str(verdict["error"])), verdict, outcome.status)
     return Graded(outcome, verdict)
 
 
@@ -462,9 +495,30 @@ def _check_sandbox(settings: Settings, log: Callable[[str], None]) -> None:
                                  "apt-get install bubblewrap), or pass --no-sandbox to grade without isolation")
 
 
+def _reference_problem(graded: Graded, jobs: list[dict[str, Any]]) -> str | None:
+    """Why the reference solution's run cannot anchor its students' grades, or None."""
+    if graded.outcome.status != results.OK:
+        return f"{graded.outcome.status}: {graded.outcome.message}"
+    kernels = (graded.verdict or {}).get("kernels") or {}
+    for job in jobs:
+        if not job["bench_shapes"]:
+            continue
+        kernel = kernels.get(job["spec"]) or {}
+        failed = [m for s in (kernel.get("sets") or {}).values() if not s.get("passed") for m in s.get("messages", [])]
+        untimed = [r.get("error") or f"{r['shape']} not timed" for r in (kernel.get("bench") or {}).get("rows") or []
+                   if not r.get("student_ms")]
+        if not kernel or failed or untimed:
+            return f"its kernel {job['spec']} was not replayed and timed on every benchmark shape: " \
+                   f"{(failed + untimed + ['no verdict'])[0]}"[:500]
+    return None
+
+
 def reference_runs(out: Path, notebooks: list[CourseNotebook], settings: Settings, run_seed: int,
                    hide: list[str], log: Callable[[str], None]) -> dict[str, dict[str, str]]:
-    """Run and build each reference solution on this GPU (once per OUT, device and grader version)."""
+    """Run and build each reference solution on this GPU (once per OUT, device and grader version).
+
+    A reference that cannot be graded maps to ``{"error": why}``: its students are not graded (grader_error).
+    """
     found = {}
     for notebook in notebooks:
         where = out / "reference" / notebook.assignment / notebook.name
@@ -473,17 +527,26 @@ def reference_runs(out: Path, notebooks: list[CourseNotebook], settings: Setting
         if settings.force or not marker.exists() or marker.read_text() != stamp:
             log(f"recording the reference solution {notebook.key} on {settings.device_name}")
             where.mkdir(parents=True, exist_ok=True)
+            marker.unlink(missing_ok=True)
             solution = nbformat.read(str(notebook.solution_path), as_version=4)
             nbformat.write(solution, str(where / "sanitized.ipynb"))
             task = Task("reference", solution, notebook_plan(notebook), where, settings, run_seed, hide,
                         bench_only=True, gpu="0")
-            graded = run_task(task)
-            if graded.outcome.status != results.OK:
-                settings.notes.append(f"reference solution {notebook.key}: {graded.outcome.status}: "
-                                      f"{graded.outcome.message}")
+            try:
+                graded = run_task(task)
+                problem = _reference_problem(graded, kernel_calls(notebook, settings, run_seed, "reference", True))
+            except Exception as error:  # the grader's own failure: the same stop
+                problem = f"{type(error).__name__}: {error}"
+            if problem:
+                why = f"the reference solution of {notebook.key} could not be graded on {settings.device_name} " \
+                      f"({problem}); none of its submissions was graded (see {where})"
+                settings.notes.append(why)
+                log(f"GRADER ERROR: {why}")
+                found[notebook.key] = {"error": why}
                 continue
             marker.write_text(stamp)
-        found[notebook.key] = {"export": str(where / "export"), "built": str(where / "built")}
+        found[notebook.key] = {"export": str(where / "export"), "built": str(where / "built"),
+                               "verdict": str(where / "verdict.json")}
     return found
 
 
@@ -531,6 +594,10 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
         if submission.path is None:
             result = _missing_or_unreadable(submission, submission.status or results.MISSING,
                                             submission.found or "no notebook was submitted", settings)
+        elif "error" in reference.get(f"{submission.assignment}/{submission.notebook}", {}):
+            result = _missing_or_unreadable(submission, results.GRADER_ERROR,
+                                            reference[f"{submission.assignment}/{submission.notebook}"]["error"],
+                                            settings)
         else:
             cleaned = sanitize(submission.path, submission.assignment, submission.notebook, submission.student, url)
             if cleaned.notebook is not None:
@@ -560,7 +627,8 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             result = _missing_or_unreadable(
                 submission, results.GRADER_ERROR, f"scoring failed: {type(error).__name__}: {error}", settings)
         try:
-            result.stopped_at, result.failure_tail = describe_failed_run(task.run, graded.outcome.status)
+            result.stopped_at, result.failure_tail = describe_failed_run(task.run, graded.run_status
+                                                                         or graded.outcome.status)
         except Exception as error:  # describing a failure must never stop the batch either
             result.failure_tail = f"(the executed notebook could not be read: {type(error).__name__})"
         if result.stopped_at and result.status != results.OK:

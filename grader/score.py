@@ -69,7 +69,7 @@ def _performance(item: ItemResult, spec: ExerciseSpec, threshold: Threshold, ker
     bench = kernel.get("bench") or {}
     rows = bench.get("rows") or []
     if not rows:
-        item.message = "the judge did not measure this kernel"
+        item.message = str(bench.get("reason") or "the judge did not measure this kernel")
         return
     if not correct:
         item.message = "performance counts only for a kernel that passes every correctness check"

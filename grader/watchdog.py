@@ -1,0 +1,132 @@
+"""Run the judge in a process of its own under a watchdog, so a kernel that runs away costs only its own items.
+
+The judge announces each step on a pipe (``grader.judge.Watch``): which graded function, what, and the
+seconds it may take. A CUDA kernel that never ends cannot be interrupted inside its process, so when a
+step runs past its limit the watchdog kills the judge, records that function as stopped (all its items
+fail, saying why), and starts the judge again: what it had finished is kept in its checkpoints (the
+answers' verdicts first of all, which the judge makes before any replay), and it goes on with the other
+functions. The judge's per-notebook limit stays the last resort; a judge that ends without a verdict
+outside a student's step is the grader's fault, reported as the verdict's ``error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grader import judge, results
+
+
+@dataclass
+class Step:
+    spec: str | None
+    what: str
+    seconds: float | None  # None: the judge's own work, bounded only by the judge's limit
+    began: float
+
+    def overran(self, now: float) -> bool:
+        return self.seconds is not None and now >= self.began + self.seconds
+
+
+@dataclass
+class Ending:
+    how: str  # "exited", "stopped" (a step ran past its limit) or "limit" (the judge's limit)
+    step: Step | None
+    returncode: int | None = None
+
+
+def _parse(line: bytes, now: float) -> Step | None:
+    try:
+        data = json.loads(line)
+        seconds = data.get("seconds")
+        return Step(data.get("spec"), str(data.get("step", "")), None if seconds is None else float(seconds), now)
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def _kill(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):  # its own session: the judge and anything it started
+            os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, deadline: float) -> Ending:
+    """One start of the judge, watched until it exits, a step overruns, or the judge's deadline passes."""
+    read_end, write_end = os.pipe()
+    try:
+        process = subprocess.Popen(command, cwd=cwd, env={**env, judge.WATCH_FD: str(write_end)}, stdout=log,
+                                   stderr=subprocess.STDOUT, pass_fds=(write_end,), start_new_session=True)
+    finally:
+        os.close(write_end)
+    step, pending = None, b""
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                return Ending("limit", step)
+            if step is not None and step.overran(now):
+                return Ending("stopped", step)
+            wait = deadline - now if step is None or step.seconds is None else \
+                min(deadline - now, step.began + step.seconds - now)
+            ready, _, _ = select.select([read_end], [], [], max(wait, 0.0))
+            if not ready:
+                continue
+            chunk = os.read(read_end, 65536)
+            if not chunk:  # the judge closed its end: it is ending
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                step = _parse(line, time.monotonic()) or step
+        try:
+            return Ending("exited", step, process.wait(timeout=max(deadline - time.monotonic(), 0.0)))
+        except subprocess.TimeoutExpired:
+            return Ending("limit", step)
+    finally:
+        os.close(read_end)
+        _kill(process)
+
+
+def run(command: list[str], job: dict[str, Any], env: dict[str, str], cwd: Path, log_path: Path,
+        limit: float) -> dict[str, Any]:
+    """The judge's verdict for ``job`` (``command`` runs it), every overrunning graded function stopped."""
+    saved = judge.Checkpoints(job["checkpoints"])
+    deadline = time.monotonic() + limit
+    stopped: list[str] = []
+    with open(log_path, "ab") as log:
+        while True:
+            ending = _watch_once(command, env, cwd, log, deadline)
+            step = ending.step
+            if ending.how == "limit":
+                return {**saved.so_far(job), "stopped": stopped,
+                        "error": f"the judge ran past its {limit:.0f} s limit for one notebook"}
+            blame = step is not None and step.spec is not None and step.seconds is not None
+            if ending.how == "exited":
+                try:
+                    return {**results.read_json(Path(job["verdict"])), "stopped": stopped}
+                except (OSError, ValueError):
+                    if not blame:
+                        return {**saved.so_far(job), "stopped": stopped,
+                                "error": f"the judge ended without a verdict (exit code {ending.returncode}; "
+                                         "see judge.log)"}
+                message = (f"stopped: the judge's process ended (exit code {ending.returncode}) while your "
+                           f"kernel ran ({step.what})")
+            else:
+                message = (f"stopped: the kernel ran past {step.seconds:.0f} s ({step.what}); its other checks "
+                           "were not run")
+            spec_job = next((s for s in job["kernels"] if s["spec"] == step.spec), None)
+            if spec_job is None or step.spec in stopped:  # nothing to blame that a new start would skip
+                return {**saved.so_far(job), "stopped": stopped,
+                        "error": f"the judge stopped in an unexpected step ({step.spec}: {step.what})"}
+            saved.save(judge.kernel_part(step.spec), judge.stopped_verdict(spec_job, message))
+            stopped.append(step.spec)
+            log.write(f"\n[watchdog] {step.spec}: {message}; starting the judge again\n".encode())
+            log.flush()
