@@ -1,0 +1,36 @@
+"""A judge for the watchdog's tests (``python -P -m tests.judge_hooks JOB.json``): grader.judge, where the
+kernel verdicts are stand-ins and the graded function named by ``$HANG_SPEC`` runs a replay that never ends.
+
+It imports only through PYTHONPATH (``tests`` is not installed), as the real judge must find the grader.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from course import spec as specs
+from grader import judge
+
+
+def _judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
+    kernels = {}
+    for spec_job in job["kernels"]:
+        spec = specs.get(spec_job["spec"])
+        if spec.id == os.environ.get("HANG_SPEC"):
+            shape = tuple(spec_job["calls"][0]["shape"])
+            with judge.WATCH.running(spec.id, f"its replay at {spec.shape_label(shape)}",
+                                     judge.replay_limit(job, spec, shape)):
+                time.sleep(600)
+        sets = {call["set"]: {"passed": True, "provisional": False, "messages": ["PASS judged by the stand-in"]}
+                for call in spec_job["calls"]}
+        kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "a stand-in", "rows": []}}
+    return {"kernels": kernels}
+
+
+judge.judge_cpu = _judge_cpu
+
+if __name__ == "__main__":
+    raise SystemExit(judge.main(sys.argv[1:]))

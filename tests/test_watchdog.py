@@ -1,0 +1,89 @@
+"""The watched judge: a replay that never ends costs only its own kernel's items, and a judge that cannot start
+is the grader's fault (grader_error), never a student's zero. Runs on a CPU through a stand-in judge
+(tests/judge_hooks.py) whose replay of one graded function sleeps."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from grader import judge, results, score, watchdog
+from grader.layout import course_notebooks
+from grader.pipeline import Settings, grader_environment, kernel_calls, notebook_plan
+
+NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day4_first_triton_kernel")
+ANSWERS = {"programs_needed": 4, "masked_lanes": 24, "saxpy_intensity": 1 / 6,
+           "add_gbps": 3 * 4 * 2**28 / 1.25e-3 / 1e9}
+QUIZ = ("test_programs_needed", "test_masked_lanes", "test_saxpy_intensity", "test_add_gbps")
+
+
+def _job(tmp_path, floor=1.0):
+    plan = notebook_plan(NOTEBOOK)
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "export.json").write_text(json.dumps(
+        {"answers": {name: {"value": value} for name, value in ANSWERS.items()}, "kernels": {}}))
+    job = {"device": "cpu", "export": str(export), "notebook": str(NOTEBOOK.student_path), "tests": plan.tests,
+           "kernels": kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice"), "run_seed": 1, "student": "alice",
+           "verdict": str(tmp_path / "verdict.json"), "checkpoints": str(tmp_path / "parts"),
+           "watchdog": {"floor": floor, "factor": 50.0, "reference": {}}}
+    (tmp_path / "judge.json").write_text(json.dumps(job))
+    return job, plan
+
+
+def _run(tmp_path, job, module, env, limit=300.0):
+    scratch = tmp_path / "scratch"  # as on a GPU: -P from a folder where no grader is found by the cwd
+    scratch.mkdir(exist_ok=True)
+    return watchdog.run([sys.executable, "-P", "-m", module, str(tmp_path / "judge.json")], job, env, scratch,
+                        tmp_path / "judge.log", limit)
+
+
+def test_a_replay_that_never_ends_costs_only_its_kernels_items(tmp_path, monkeypatch):
+    monkeypatch.setenv("HANG_SPEC", "w1d4.saxpy")
+    job, plan = _job(tmp_path)
+    began = time.monotonic()
+    verdict = _run(tmp_path, job, "tests.judge_hooks", grader_environment(dict(os.environ)))
+    elapsed = time.monotonic() - began
+    assert "error" not in verdict, verdict.get("error")
+    assert verdict["stopped"] == ["w1d4.saxpy"]
+    items = {i.item: i for i in score.items(NOTEBOOK.key, plan.master, verdict, True, "not judged")}
+    assert all(items[q].status == results.PASSED for q in QUIZ)  # judged first, kept across the restart
+    for item in ("test_saxpy_visible", "test_saxpy_hidden", "perf_w1d4_saxpy_vs_torch"):
+        assert items[item].score == 0 and "stopped: the kernel ran past 1 s (its replay at" in items[item].message
+    assert items["test_vector_add_visible"].status == results.PASSED  # judged after the restart
+    assert "starting the judge again" in (tmp_path / "judge.log").read_text()
+    assert elapsed < 90  # the sleeping replay would hold the judge for 600 s
+
+
+def test_a_judge_that_cannot_start_ends_without_a_verdict(tmp_path):
+    job, _ = _job(tmp_path)
+    # Without the repository on PYTHONPATH, a judge started with -P from a scratch folder cannot import it.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    verdict = _run(tmp_path, job, "tests.judge_hooks", env)
+    assert verdict["error"].startswith("the judge ended without a verdict (exit code 1")
+    assert "No module named 'tests" in (tmp_path / "judge.log").read_text()
+
+
+def test_the_judges_limit_keeps_what_it_finished(tmp_path, monkeypatch):
+    monkeypatch.setenv("HANG_SPEC", "w1d4.saxpy")
+    job, _ = _job(tmp_path, floor=600.0)  # no replay limit: the judge's own limit ends it
+    verdict = _run(tmp_path, job, "tests.judge_hooks", grader_environment(dict(os.environ)), limit=20.0)
+    assert verdict["error"] == "the judge ran past its 20 s limit for one notebook"
+    assert all(verdict["tests"][q]["passed"] for q in QUIZ)
+
+
+def test_answers_are_judged_and_saved_before_any_kernel(tmp_path, monkeypatch):
+    job, _ = _job(tmp_path)
+    seen = {}
+
+    def failing_judge_cpu(sub_job):
+        seen["tests saved"] = (tmp_path / "parts" / "tests.json").is_file()
+        raise ImportError("the CPU judge could not import something")
+
+    monkeypatch.setattr(judge, "judge_cpu", failing_judge_cpu)
+    verdict = judge.judge(job)
+    assert seen == {"tests saved": True}
+    assert all(verdict["tests"][q]["passed"] for q in QUIZ)
+    assert "ImportError: the CPU judge could not import something" in verdict["error"]
