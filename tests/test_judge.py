@@ -171,3 +171,48 @@ def test_a_recorded_plan_replays_in_another_build_on_fresh_inputs(tmp_path):
     edited["launches"][0]["ttgir_digest"] = "0" * 64
     with pytest.raises(replay.Unreplayable, match="differs from the notebook"):
         replay.prepare(edited, (fresh,), kernels, torch.float32, (1000,), 2**26)
+
+
+def test_an_answer_whose_array_file_cannot_be_loaded_fails_only_its_own_item(tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "0.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)  # a pickle
+    answers = {"table": {"array": "0.npy"}, "count": {"value": 3}}
+    verdicts = judge.run_tests([{"grade_id": "t_table", "source": "assert table[0] == 1"},
+                                {"grade_id": "t_count", "source": "assert count == 3"}], answers, tmp_path)
+    assert verdicts["t_table"]["passed"] is False
+    assert verdicts["t_table"]["message"].startswith("unsupported answer: table: its array file cannot be read")
+    assert verdicts["t_count"] == {"passed": True, "message": ""}
+
+
+def _export_with(tmp_path, monkeypatch, namespace, plans):
+    monkeypatch.setattr(export, "_record_kernel", lambda ns, job, device, outputs: plans[job["spec"]])
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"out": str(tmp_path / "export"), "device": "cpu", "answers": sorted(namespace),
+                                   "kernels": [{"spec": spec} for spec in plans]}))
+    export.write(namespace, str(request))
+    return judge.read_export(tmp_path / "export")
+
+
+def test_an_answer_or_plan_that_cannot_be_encoded_loses_only_itself(tmp_path, monkeypatch):
+    plans = {"a": {"calls": {"visible-0": {"plan": {"scalar": 10**5000}}}}, "b": {"calls": {"visible-0": {"plan": {}}}}}
+    exported = _export_with(tmp_path, monkeypatch, {"huge": 10**5000, "small": 7}, plans)
+    assert exported["answers"]["small"] == {"value": 7}
+    assert "more than 4300 digits" in exported["answers"]["huge"]["unsupported"]
+    assert exported["kernels"]["a"]["error"].startswith("the launch plan could not be exported (ValueError")
+    assert exported["kernels"]["b"] == plans["b"]
+    verdicts = judge.run_tests([{"grade_id": "t_huge", "source": "assert huge > 0"},
+                                {"grade_id": "t_small", "source": "assert small == 7"}], exported["answers"],
+                               tmp_path / "export" / "arrays")
+    assert verdicts["t_huge"]["message"].startswith("unsupported answer: huge: an int of more than 4300 digits")
+    assert verdicts["t_small"]["passed"]
+
+
+def test_an_export_with_an_int_python_will_not_read_keeps_every_other_answer(tmp_path):
+    # A notebook may lift Python's digit limit and write the export itself: the judge reads it anyway.
+    digits = "9" * 5001
+    (tmp_path / "export.json").write_text('{"answers": {"huge": {"value": ' + digits + '}, "small": {"value": 7}}}')
+    exported = judge.read_export(tmp_path)
+    assert exported["answers"]["small"] == {"value": 7}
+    verdicts = judge.run_tests([{"grade_id": "t", "source": "assert huge"}], exported["answers"], tmp_path)
+    assert verdicts["t"]["message"] == "unsupported answer: huge: an int of 5001 digits"
