@@ -1,0 +1,78 @@
+"""Faults are the grader's, and loud: a judge that fails or cannot start, or a reference solution that cannot be
+graded, makes grader_error (never ok with a student's zero), named in the summary and the exit status."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from grader import cli, judge, pipeline, results
+from grader.execute import Outcome
+from grader.layout import course_notebooks
+from grader.pipeline import Graded, Settings, grade, load_results
+from grader.release import student_version
+
+DAY4 = next(nb for nb in course_notebooks() if nb.key == "week1/day4_first_triton_kernel")
+DAY7 = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
+
+
+def _class(root, notebook, students=("alice", "bob")):
+    for student in students:
+        path = root / student / notebook.assignment / f"{notebook.name}.ipynb"
+        path.parent.mkdir(parents=True)
+        nbformat.write(student_version(notebook), str(path))
+    return root
+
+
+def test_a_reference_that_cannot_be_graded_stops_its_students(tmp_path, monkeypatch):
+    ran = []
+
+    def reference_without_a_verdict(task):
+        ran.append(task.key)
+        return Graded(Outcome(results.GRADER_ERROR, "a grader fault, not the notebook's: the judge ended without a "
+                                                   "verdict (exit code 1; see judge.log)"), None, results.OK)
+
+    monkeypatch.setattr(pipeline, "run_task", reference_without_a_verdict)
+    settings = Settings("gpu", "GPU (a test)", sandbox=False)
+    graded = grade(_class(tmp_path / "class", DAY7), tmp_path / "out", settings, log=lambda _: None)
+    assert ran == ["reference"]  # no student's notebook ran
+    day7 = [r for r in graded if r.notebook == DAY7.name]
+    assert {r.student for r in day7} == {"alice", "bob"}
+    for result in day7:
+        assert result.status == results.GRADER_ERROR
+        assert "the reference solution of week1/day7_fast_matmul could not be graded" in result.message
+        assert "the judge ended without a verdict" in result.message
+    assert any("reference solution" in note for note in settings.notes)
+    assert not (tmp_path / "out" / "reference" / "week1" / DAY7.name / "device.txt").exists()  # tried again next run
+
+
+def test_a_reference_kernel_that_was_not_timed_cannot_anchor_grades():
+    [job] = pipeline.kernel_calls(DAY7, Settings("gpu", "GPU"), 1, "reference", bench_only=True)
+    verdict = {"kernels": {job["spec"]: {"sets": {"bench": {"passed": True, "messages": []}},
+                                         "bench": {"rows": [{"shape": [1024] * 3, "student_ms": None,
+                                                             "error": "not timed: the plan was refused"}]}}}}
+    problem = pipeline._reference_problem(Graded(Outcome(results.OK), verdict), [job])
+    assert "not timed: the plan was refused" in problem
+    timed = {"kernels": {job["spec"]: {"sets": {"bench": {"passed": True, "messages": []}},
+                                       "bench": {"rows": [{"shape": [1024] * 3, "student_ms": 0.2}]}}}}
+    assert pipeline._reference_problem(Graded(Outcome(results.OK), timed), [job]) is None
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_a_judge_that_cannot_start_is_a_grader_error_for_every_notebook_and_a_nonzero_exit(tmp_path, monkeypatch,
+                                                                                          capsys):
+    def cannot_start(job):
+        raise ModuleNotFoundError("No module named 'grader'")
+
+    monkeypatch.setattr(judge, "judge", cannot_start)
+    root = _class(tmp_path / "class", DAY4)
+    argv = ["grade", str(root), "--out", str(tmp_path / "out"), "--device", "cpu", "--jobs", "2",
+            "--allow-ungraded"]
+    assert cli.main(argv) == 1  # a grader fault is never allowed away
+    day4 = [r for r in load_results(tmp_path / "out") if r.notebook == DAY4.name]
+    assert len(day4) == 2 and all(r.status == results.GRADER_ERROR for r in day4)
+    assert all("No module named 'grader'" in r.message and not r.stopped_at for r in day4)
+    captured = capsys.readouterr()
+    assert "GRADER ERRORS: the grader failed on 2 notebook(s)" in captured.out
+    assert "alice/week1/day4_first_triton_kernel: grader_error" in captured.out and "GRADER ERRORS" in captured.err
