@@ -11,8 +11,10 @@ Rules the verdicts follow (DESIGN.md, "Untrusted submissions"):
   is not a top-level ``@triton.jit`` function of a cell or whose decorator or defaults are not plain.
   On a CPU: the outputs the sandbox returns plus the recorded list of torch ops (same rules),
   provisional, and performance pending (``None`` here).
-- Quiz items: the master test cells run in the judge on answers exported as JSON; a value whose type
-  is a subclass of int, float or bool is "unsupported" and fails.
+- Quiz items: the master test cells run in the judge on answers exported as JSON, before any replay;
+  a value whose type is a subclass of int, float or bool is "unsupported" and fails, and so does an
+  answer that cannot be exported or loaded: that item only. A replay past the watchdog's limit fails
+  that kernel's items only.
 - Tampered notebooks are graded from the master copy's cells, with a note (``tamper_note``); an
   honest answer whose metadata was stripped is still graded.
 - The sandbox: no network, no view of solutions/, other submissions or OUT, nothing outlives the run;
@@ -194,6 +196,16 @@ EXPECTED: dict[str, Expected] = {
     # quiz
     "quiz_subclass_answers": _zero("int/float subclasses equal to anything; a fake bool",
                                    "subclass values export as unsupported", old="CPU 3 (real old grader: Q1-Q3)"),
+    "quiz_pickled_object_array": Expected(
+        "Q2 a NumPy array; a post_run_cell hook swaps its exported .npy for a pickled object array",
+        _points(2, 3, None, (1, 0, 1, 1)), _points(2, 3, (1, 0, 0), (1, 0, 1, 1)),
+        why="an array file the judge cannot load is that answer's 'unsupported answer', nothing else",
+        old="grader_error, 0 (the judge before issue 15, CPU)"),
+    "quiz_huge_int": Expected(
+        "Q1 a 5,001-digit int (more than Python writes as text)",
+        _points(2, 3, None, (0, 1, 1, 1)), _points(2, 3, (1, 0, 0), (0, 1, 1, 1)),
+        why="each answer and plan exported on its own; that int is 'unsupported answer'",
+        old="ok, 0: no export at all (the export before issue 15, CPU)"),
     # notebook tampering (transform)
     "tamper_test_source_pass": _zero("every test cell's source replaced by `pass`", "master copy's cells",
                                      tamper_note=True, old="sanitizer restored the sources, with notes"),
@@ -227,6 +239,10 @@ EXPECTED: dict[str, Expected] = {
         "CompiledKernel from a shipped TTGIR blob via triton.compile", KERNEL0_RIGHT_CPU, KERNEL0_RIGHT_GPU,
         why="launch not of a notebook kernel (unrecorded); C written by no recorded kernel", gpu_only=True,
         old="CPU 4, GPU 10"),
+    "kernel_spins_forever": _stub_two(
+        "correct kernel that loops forever when replayed more than 10 s after its recorded launch (%globaltimer)",
+        "answers judged first; a per-replay watchdog stops it and fails only the kernel's items", gpu_only=True,
+        old="GPU 0: quiz lost too, GPU busy for the judge's whole limit (H200, before issue 15)"),
     "jit_decorator_payload": _stub_two("decorator lambda runs a payload (rebinds check_one) at definition",
                                        "decorator not plain; definitions never run in the judge", old="CPU 7, GPU 7"),
     "jit_default_payload": _stub_two("constexpr default = os.system(...) or payload() or 32",
