@@ -7,10 +7,13 @@ computed afterwards (from the seed, not from buffers the kernel could have touch
 the student's plan, cuBLAS and the reference solution's plan one after another for each
 benchmark shape, in this one process. On a CPU there is no replay: the outputs the sandbox
 returned are compared with the reference, and those verdicts are provisional. The master copies
-of the other test cells run here against the exported answers.
+of the other test cells run here against the exported answers, first, before any replay; an
+answer the grader cannot take fails only the items that read it ("unsupported answer: ...").
 
 ``python -m grader.judge JOB.json`` runs one job (a GPU judge runs in its own process, since a
-student's kernel can break its CUDA context); ``judge(job)`` runs one in-process (CPU).
+student's kernel can break its CUDA context, under ``grader.watchdog``: it announces each replay
+with its time limit, and saves each finished part so that it can be started again after a kill);
+``judge(job)`` runs one in-process (CPU). A failure of the judge itself is the verdict's ``error``.
 """
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ def replay_limit(job: dict[str, Any], spec: Any, shape: tuple[int, ...]) -> floa
     if not isinstance(watchdog, dict):
         return None
     per_work = float((watchdog.get("reference") or {}).get(spec.id) or 0.0)
-    return max(float(watchdog["floor"]), float(watchdog["factor"]) * per_work * spec.work(shape))
+    scaled = float(watchdog["factor"]) * per_work * spec.work(shape) if per_work > 0 else 0.0
+    return max(float(watchdog["floor"]), scaled)
 
 
 def kernel_part(spec_id: str) -> str:
