@@ -76,3 +76,20 @@ def test_a_judge_that_cannot_start_is_a_grader_error_for_every_notebook_and_a_no
     captured = capsys.readouterr()
     assert "GRADER ERRORS: the grader failed on 2 notebook(s)" in captured.out
     assert "alice/week1/day4_first_triton_kernel: grader_error" in captured.out and "GRADER ERRORS" in captured.err
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_on_a_gpu_a_judge_process_that_cannot_start_stops_the_notebook_loudly(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(pipeline, "JUDGE_MODULE", "grader.no_such_judge")  # as a judge that cannot import grader
+    root = _class(tmp_path / "class", DAY4)
+    argv = ["grade", str(root), "--out", str(tmp_path / "out"), "--device", "gpu", "--allow-ungraded"]
+    assert cli.main(argv) == 1
+    day4 = [r for r in load_results(tmp_path / "out") if r.notebook == DAY4.name]
+    assert len(day4) == 2 and all(r.status == results.GRADER_ERROR for r in day4)
+    # The reference solution's own judge failed first: no student's notebook was run.
+    assert all("the reference solution of week1/day4_first_triton_kernel could not be graded" in r.message
+               and "the judge ended without a verdict" in r.message for r in day4)
+    assert not (tmp_path / "out" / "runs").exists() or not any((tmp_path / "out" / "runs").rglob("executed.ipynb"))
+    assert "GRADER ERRORS" in capsys.readouterr().err

@@ -87,3 +87,12 @@ def test_answers_are_judged_and_saved_before_any_kernel(tmp_path, monkeypatch):
     assert seen == {"tests saved": True}
     assert all(verdict["tests"][q]["passed"] for q in QUIZ)
     assert "ImportError: the CPU judge could not import something" in verdict["error"]
+
+
+def test_the_watched_judge_process_gives_the_in_process_verdict(tmp_path):
+    job, _ = _job(tmp_path)
+    watched = _run(tmp_path, job, "grader.judge", grader_environment(dict(os.environ)))
+    assert watched.pop("stopped") == []
+    in_process = judge.judge({**job, "checkpoints": str(tmp_path / "fresh-parts")})
+    assert watched == json.loads(json.dumps(in_process))
+    assert set(watched["kernels"]) == {"w1d4.saxpy", "w1d4.vector_add"} and watched["tests"]
