@@ -340,6 +340,8 @@ def run_task(task: Task) -> Graded:
 def _unjudged(outcome: Outcome, verdict: dict[str, Any] | None) -> str:
     if verdict and verdict.get("error"):
         return f"not judged: {verdict['error']}"
+    if outcome.status == results.GRADER_ERROR:
+        return f"not judged: {outcome.message}"
     if outcome.status != results.OK:
         return f"not judged: the notebook run ended with status {outcome.status} ({outcome.message})"
     return "not judged: the notebook run did not reach the grader's recording cell"

@@ -77,8 +77,11 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
                 return Ending("stopped", step)
             wait = deadline - now if step is None or step.seconds is None else \
                 min(deadline - now, step.began + step.seconds - now)
-            ready, _, _ = select.select([read_end], [], [], max(wait, 0.0))
+            # At most a second between looks: a judge that died leaving a child with the pipe open still ends.
+            ready, _, _ = select.select([read_end], [], [], min(max(wait, 0.0), 1.0))
             if not ready:
+                if process.poll() is not None:
+                    break
                 continue
             chunk = os.read(read_end, 65536)
             if not chunk:  # the judge closed its end: it is ending
