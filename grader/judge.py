@@ -41,6 +41,13 @@ MAX_ANSWER_BYTES = 16 * 2**20
 # The watched judge (grader.watchdog) reads its steps from this file descriptor, named in this variable.
 WATCH_FD = "GRADER_JUDGE_WATCH_FD"
 TESTS = "tests"
+# The watched judge's exit status asking to be started again (its finished parts kept): a student's CUDA error
+# broke this process's CUDA context, and the next graded function deserves a fresh one.
+START_AGAIN = 75
+
+
+class StartAgain(BaseException):  # noqa: N818  (a request to leave, like SystemExit: no handler may swallow it)
+    """Raised by a watched judge whose CUDA context a student's kernel broke, with graded functions left."""
 
 
 class Watch:
@@ -479,6 +486,8 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
                 continue
             verdict["kernels"][spec.id] = kernel
             finished(spec.id, kernel)
+            if (kernel.get("bench") or {}).get("broken") and job.get("checkpoints") and spec_job != job["kernels"][-1]:
+                raise StartAgain(spec.id)
     verdict["seconds"]["judge"] = time.perf_counter() - started
     return verdict
 
@@ -670,6 +679,8 @@ def main(argv: list[str]) -> int:
     WATCH.connect(os.environ.get(WATCH_FD))
     try:
         verdict = judge(job)
+    except StartAgain:
+        return START_AGAIN
     except Exception as error:  # the judge's own failure: a grader_error for this notebook, with what it finished
         verdict = Checkpoints(job.get("checkpoints")).so_far(job)
         _record_fault(verdict, "judging", error)

@@ -105,9 +105,12 @@ def run(command: list[str], job: dict[str, Any], env: dict[str, str], cwd: Path,
     deadline = time.monotonic() + limit
     stopped: list[str] = []
     with open(log_path, "ab") as log:
-        while True:
+        for _ in range(2 * len(job["kernels"]) + 1):  # each new start has one more graded function finished
             ending = _watch_once(command, env, cwd, log, deadline)
             step = ending.step
+            if ending.how == "exited" and ending.returncode == judge.START_AGAIN:
+                log.write(b"\n[watchdog] a CUDA error broke the judge's context: starting it again\n")
+                continue
             if ending.how == "limit":
                 return {**saved.so_far(job), "stopped": stopped,
                         "error": f"the judge ran past its {limit:.0f} s limit for one notebook"}
@@ -133,3 +136,4 @@ def run(command: list[str], job: dict[str, Any], env: dict[str, str], cwd: Path,
             stopped.append(step.spec)
             log.write(f"\n[watchdog] {step.spec}: {message}; starting the judge again\n".encode())
             log.flush()
+    return {**saved.so_far(job), "stopped": stopped, "error": "the judge was started too many times"}

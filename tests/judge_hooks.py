@@ -1,5 +1,6 @@
 """A judge for the watchdog's tests (``python -P -m tests.judge_hooks JOB.json``): grader.judge, where the
-kernel verdicts are stand-ins and the graded function named by ``$HANG_SPEC`` runs a replay that never ends.
+kernel verdicts are stand-ins, the graded function named by ``$HANG_SPEC`` runs a replay that never ends, and
+the one named by ``$BREAK_SPEC`` asks to be started again, as after a CUDA error that broke the context.
 
 It imports only through PYTHONPATH (``tests`` is not installed), as the real judge must find the grader.
 """
@@ -27,6 +28,9 @@ def _judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
         sets = {call["set"]: {"passed": True, "provisional": False, "messages": ["PASS judged by the stand-in"]}
                 for call in spec_job["calls"]}
         kernels[spec.id] = {"sets": sets, "bench": {"measured": False, "reason": "a stand-in", "rows": []}}
+        if spec.id == os.environ.get("BREAK_SPEC"):  # as judge_gpu after a CUDA error, with functions left
+            judge.Checkpoints(job["checkpoints"]).save(judge.kernel_part(spec.id), kernels[spec.id])
+            raise judge.StartAgain(spec.id)
     return {"kernels": kernels}
 
 

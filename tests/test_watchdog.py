@@ -96,3 +96,12 @@ def test_the_watched_judge_process_gives_the_in_process_verdict(tmp_path):
     in_process = judge.judge({**job, "checkpoints": str(tmp_path / "fresh-parts")})
     assert watched == json.loads(json.dumps(in_process))
     assert set(watched["kernels"]) == {"w1d4.saxpy", "w1d4.vector_add"} and watched["tests"]
+
+
+def test_a_judge_whose_cuda_context_broke_is_started_again_for_the_other_kernels(tmp_path, monkeypatch):
+    monkeypatch.setenv("BREAK_SPEC", "w1d4.saxpy")
+    job, _ = _job(tmp_path)
+    verdict = _run(tmp_path, job, "tests.judge_hooks", grader_environment(dict(os.environ)))
+    assert "error" not in verdict and verdict["stopped"] == []
+    assert set(verdict["kernels"]) == {"w1d4.saxpy", "w1d4.vector_add"}
+    assert "a CUDA error broke the judge's context: starting it again" in (tmp_path / "judge.log").read_text()
