@@ -2,14 +2,16 @@
 
 Per notebook: sanitize (here) -> the notebook runs in the sandbox with the grader's recording cell
 appended (``grader.execute``) -> on a GPU its kernels are built from source in a fresh sandbox ->
-the judge (``grader.judge``: its own process on a GPU) replays the plans on secret inputs and runs
-the master test cells on the exported answers -> score (here) -> gradebook and
-``results/<student id>/<assignment>/<notebook>.json`` (atomic). Only this process writes OUT.
-Every student folder yields a result for every notebook of the batch's assignments, graded or not
-(``grader.layout.find_submissions``); the student id is the folder name's safe form.
-A result whose submission, grader version and device are unchanged is kept on a re-run; ``force``
-grades everything again. On a GPU, the reference solution of each notebook is run and built
-first through the same path; the judge times its plan beside every student's.
+the judge (``grader.judge``: on a GPU its own process, under ``grader.watchdog``) runs the master
+test cells on the exported answers, then replays the plans on secret inputs -> score (here) ->
+gradebook and ``results/<student id>/<assignment>/<notebook>.json`` (atomic). Only this process
+writes OUT. Every student folder yields a result for every notebook of the batch's assignments,
+graded or not (``grader.layout.find_submissions``); the student id is the folder name's safe form.
+A judge or build that fails is the grader's fault: ``grader_error``, never a student's zero.
+A result whose submission, grader version and device are unchanged is kept on a re-run (unless it
+is a grader_error); ``force`` grades everything again. On a GPU, the reference solution of each
+notebook is run and built first through the same path; the judge times its plan beside every
+student's. A reference that cannot be graded stops its notebook: its students get grader_error.
 """
 
 from __future__ import annotations
