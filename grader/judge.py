@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from grader import build_kernels, provenance, results
+from grader import build_kernels, ir_rules, provenance, results
 
 MAX_ANSWER_BYTES = 16 * 2**20
 
@@ -356,6 +356,8 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
         if broken:
             return False, f"{label}: not run: {broken}"
         banned = forbidden_problem(spec, plan, definitions) if definitions is not None else None
+        # The source reading gives the friendly message; the compiled kernel is what is judged.
+        banned = banned or ir_rules.plan_problem(plan, kernels_.ttgir, kernels_.errors, spec.forbidden_calls)
         if banned:
             return False, f"{label}: {banned}"
         foreign = allowed and provenance.foreign_launch(plan, allowed)
