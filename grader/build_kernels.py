@@ -325,6 +325,7 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
     """Compile every recorded launch's kernel; the index maps launch_key -> TTGIR file or error."""
     import nbformat
     import triton
+    import triton.language  # noqa: F401  (before course, which sets TRITON_INTERPRET where it sees no GPU)
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 

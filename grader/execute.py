@@ -107,7 +107,10 @@ def scrubbed_environment(job: Job) -> dict[str, str]:
 
 def _sandboxed(job: Job, argv: list[str], seconds: float, gpu: bool = True) -> sandbox.SandboxResult:
     """``gpu``: whether the job's GPU device may be bound (the builder never needs one)."""
-    return sandbox.run(argv, scratch=Path(job.workdir), env=scrubbed_environment(job), limits=job.limits(seconds),
+    env = scrubbed_environment(job)
+    if not gpu:
+        env["COURSE_DEVICE"] = "cpu"  # ``import course`` must not ask for the GPU it cannot see
+    return sandbox.run(argv, scratch=Path(job.workdir), env=env, limits=job.limits(seconds),
                        log_path=Path(job.log), hide=[Path(p) for p in job.hide], gpu=gpu and job.device == "gpu",
                        sandbox=job.sandbox)
 

@@ -60,10 +60,23 @@ def _owned(value: Any) -> bool:
 
     if value is None or type(value) in (bool, int, float, str) or isinstance(value, tl.dtype):
         return True
+    if _library_function(value):
+        return True
     if isinstance(value, types.ModuleType):
         return _language_module(value)
     module = getattr(value, "__module__", None)
     return isinstance(module, str) and module.startswith((LANGUAGE, "triton._C."))
+
+
+def _library_function(value: Any) -> bool:
+    """One of Triton's own ``@jit`` library functions (tl.sum): a JITFunction, or an InterpretedFunction where
+    ``TRITON_INTERPRET=1`` was set when Triton was imported (the CPU judge)."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITCallable
+
+    inner = getattr(value, "fn", None)
+    return isinstance(value, JITCallable | InterpretedFunction) and isinstance(inner, types.FunctionType) \
+        and str(inner.__module__).startswith(LANGUAGE)
 
 
 def _mapped(module: types.ModuleType) -> types.ModuleType:
@@ -129,24 +142,21 @@ def resolve_chain(prefix: str, parts: list[str], start: Any) -> Any:
         try:
             value = _attribute(value, attr)
         except (AttributeError, ImportError):
-            raise Refused(f"{where} does not exist") from None
+            raise Refused(f"{where}: no such name in Triton's language") from None
         if isinstance(value, types.ModuleType):
             value = _mapped(value)
         if not _owned(value):
-            raise Refused(f"{where} is not part of Triton's language")
+            what = f"module {value.__name__}" if isinstance(value, types.ModuleType) else "it"
+            raise Refused(f"{where}: {what} is not part of Triton's language")
     return value
 
 
 def triton_callable(value: Any) -> bool:
     """Whether the code generator may call ``value`` without running Python outside Triton's language."""
     import triton.language as tl
-    from triton.runtime.jit import JITCallable
 
-    if getattr(value, "__triton_builtin__", False):
+    if getattr(value, "__triton_builtin__", False) or _library_function(value):
         return True
-    if isinstance(value, JITCallable):
-        inner = getattr(value, "fn", None)
-        return str(getattr(inner, "__module__", "")).startswith(LANGUAGE)
     return any(value is getattr(tl, name) for name in TRITON_CLASSES)
 
 
@@ -221,10 +231,7 @@ class _Vetter:
             return kind, value
         if kind != "value":
             raise Refused(f"uses {ast.unparse(node)[:80]}: attributes of {root.id} are not Triton's language")
-        try:
-            return "value", resolve_chain(root.id, parts, value)
-        except Refused as error:
-            raise Refused(f"uses {error}") from None
+        return "value", resolve_chain(root.id, parts, value)
 
     def check_call(self, call: ast.Call) -> None:
         func = call.func
@@ -273,7 +280,7 @@ class _Vetter:
             try:
                 resolved = self.resolve(node)
             except Refused as error:
-                raise self.refuse(node, str(error)) from None
+                raise self.refuse(node, str(error) if str(error).startswith("uses ") else f"uses {error}") from None
             if resolved is None:
                 if root is not node:
                     self.visit(root)

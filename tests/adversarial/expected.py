@@ -229,6 +229,14 @@ EXPECTED: dict[str, Expected] = {
         old="CPU 4, GPU 10"),
     "jit_decorator_payload": _stub_two("decorator lambda runs a payload (rebinds check_one) at definition",
                                        "decorator not plain; definitions never run in the judge", old="CPU 7, GPU 7"),
+    "builder_exec_payload": _stub_two(
+        "kernel body calls tl.core.builtins.exec(...): a payload Triton's code generator ran while compiling",
+        "every call of a kernel body is vetted before anything is defined or compiled: refused, nothing runs",
+        old="the payload ran in the builder (H100: wrote files into its output folder)"),
+    "honest_functional_jit": _honest_fast(
+        "HONEST: the reference kernel as triton.autotune(...)(triton.heuristics(...)(triton.jit(f))), a helper "
+        "as triton.jit(g, noinline=False)", "nothing to defeat: the functional forms are read like decorators",
+        old="0 on every kernel item (not a top-level @triton.jit function)"),
     "jit_default_payload": _stub_two("constexpr default = os.system(...) or payload() or 32",
                                      "default not a plain literal", old="CPU 7, GPU 7"),
     # host work and overfitting
