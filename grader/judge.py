@@ -137,7 +137,7 @@ def _read_definitions(notebook_path: str) -> build_kernels.Definitions:
 def _kernel_sources(definitions: build_kernels.Definitions) -> dict[str, Any]:
     from course import divergence
 
-    names = {name: name for name in definitions.sources}
+    names = dict(definitions.kernel_names)  # k = triton.jit(f): the name k calls the kernel f
     return {name: divergence.KernelSource(name, source, first, definitions.aliases, names)
             for name, (source, first) in definitions.sources.items()}
 
