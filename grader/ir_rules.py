@@ -12,8 +12,10 @@ broadcast product, and that counts too: the exercise is about doing the products
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from grader.build_kernels import launch_key
@@ -23,6 +25,8 @@ OPS: dict[str, tuple[str, ...]] = {
                "amdgpu.wmma"),
 }
 INLINE_ASM = {"tl.dot": re.compile(r"\b(w?gmma|mma)\b")}
+# Other source forms the compiler turns into those ops: said in the message, for a student who never wrote the call.
+ALSO_FROM = {"tl.dot": " (the compiler also makes it from tl.sum of a broadcast product x[:, :, None] * y[None, :, :])"}
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _LOC_LINE = re.compile(r"^#loc.*$", re.MULTILINE)
 _INLINE_ASM_OP = re.compile(r'tt\.elementwise_inline_asm\s+("(?:[^"\\]|\\.)*")')
@@ -38,8 +42,8 @@ def problem(ttgir: str, forbidden: Iterable[str], kernel: str = "kernel") -> str
     for call in map(_normalized, forbidden):
         for op in OPS.get(call, ()):
             if re.search(rf"(?<![\w.]){re.escape(op)}(?![\w.])", code):
-                return f"the compiled {kernel} contains {op}, what {call} compiles to: this exercise asks you to " \
-                       f"do without {call}"
+                return f"the compiled {kernel} contains {op}, what {call} compiles to{ALSO_FROM.get(call, '')}: " \
+                       f"this exercise asks you to do without {call}"
         pattern = INLINE_ASM.get(call)
         if pattern and any(pattern.search(asm) for asm in _INLINE_ASM_OP.findall(ttgir)):
             return f"the compiled {kernel} issues a matrix instruction in inline assembly, the work of {call}: " \
@@ -65,3 +69,28 @@ def plan_problem(plan: Any, ttgir: Mapping[str, str], errors: Mapping[str, str],
         if found:
             return found
     return None
+
+
+def read_built(built: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The builder's Triton kernels in ``built`` as (launch key -> TTGIR text, launch key -> why there is none), each
+    file checked against its index entry's digest (``grader.replay.built_ttgir``): for a judge that does not
+    compile them (the CPU's)."""
+    from grader import replay
+
+    texts: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    index_file = built / "index.json"
+    if index_file.is_symlink() or not index_file.is_file() or index_file.stat().st_size > 2**24:
+        return texts, errors
+    index = json.loads(index_file.read_text(encoding="utf-8"))
+    for key, entry in (index if isinstance(index, dict) else {}).items():
+        if not isinstance(entry, dict) or entry.get("cuda"):
+            continue
+        if "error" in entry:
+            errors[str(key)] = str(entry["error"])[:600]
+            continue
+        try:
+            texts[str(key)] = replay.built_ttgir(built, entry)
+        except ValueError as error:
+            errors[str(key)] = str(error)
+    return texts, errors

@@ -176,7 +176,8 @@ def divergence_notes(spec: Any, calls: dict[str, Any], definitions: build_kernel
 
 
 def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
-               definitions: build_kernels.Definitions) -> tuple[bool, str]:
+               definitions: build_kernels.Definitions,
+               built: tuple[dict[str, str], dict[str, str]] | None = None) -> tuple[bool, str]:
     """Provisional: the output the sandbox returned against the reference for the same seed."""
     import torch
 
@@ -197,6 +198,8 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
         if problem:  # the GPU judge would refuse to build it: say so now
             return False, f"{label}: {problem}"
     banned = forbidden_problem(spec, plan, definitions)
+    if not banned and built is not None:  # the kernels as compiled for a nominal GPU (grader.ir_rules)
+        banned = ir_rules.plan_problem(plan, *built, spec.forbidden_calls)
     if banned:
         return False, f"{label}: {banned}"
     name = recorded.get("output")
@@ -273,6 +276,7 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
             continue
         calls, error = _calls_of(export, spec.id)
         allowed = _allowed(spec, _notebook_cells(job["notebook"])) if spec.kernel_cells else None
+        built = ir_rules.read_built(Path(job["built"])) if spec.forbidden_calls else None
         sets: dict[str, Any] = {}
         for call in spec_job["calls"]:
             verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": True})
@@ -280,7 +284,7 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
                 passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {error or 'not recorded'}"
             else:
                 passed, message = _cpu_check(spec, call, calls[call["key"]], Path(job["export"]) / "outputs",
-                                             definitions)
+                                             definitions, built)
                 foreign = passed and allowed and provenance.foreign_launch(calls[call["key"]].get("plan"), allowed)
                 if foreign:
                     passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {foreign}"

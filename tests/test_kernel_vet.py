@@ -273,3 +273,55 @@ def test_matrix_instructions_in_inline_assembly_break_a_ban_on_tl_dot():
     ttgir = '%y = tt.elementwise_inline_asm "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 ..." {pure = true}'
     assert "inline assembly" in ir_rules.problem(ttgir, ["tl.dot"])
     assert ir_rules.problem('%y = tt.elementwise_inline_asm "mov.b32 $0, $1;" {pure = true}', ["tl.dot"]) is None
+
+
+CPU_CELL = HEAD + '''import torch
+
+
+@triton.jit
+def tile_kernel(x_ptr, out_ptr, n, USE_DOT: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tile = tl.load(x_ptr + offs[:, None] * BLOCK + offs[None, :])
+    if USE_DOT:
+        acc = tl.dot(tile, tile, input_precision="ieee")
+    else:
+        acc = tl.sum(tile[:, :, None] * tile[None, :, :], axis=1)
+    tl.store(out_ptr + offs[:, None] * BLOCK + offs[None, :], acc)
+
+
+def square(x, use_dot):
+    out = torch.empty_like(x)
+    tile_kernel[(1,)](x, out, x.numel(), USE_DOT=use_dot, BLOCK=16, num_warps=4)
+    return out
+'''
+
+
+@pytest.mark.parametrize("use_dot", [True, False])
+def test_a_cpu_run_s_kernels_are_built_for_a_nominal_gpu_and_checked_on_their_ir(tmp_path, use_dot):
+    """The CPU path: an interpreted launch records the specialisation a GPU launch would compile; the builder
+    compiles it for NOMINAL_TARGET, and the ban is read from the TTGIR (what the CPU judge does)."""
+    import importlib.util
+
+    import torch
+
+    from course import plan
+
+    path = tmp_path / "cpu_cell.py"
+    path.write_text(CPU_CELL)
+    module_spec = importlib.util.spec_from_file_location("cpu_cell", path)
+    cell = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(cell)
+    _, recorded = plan.record_call(lambda x: cell.square(x, use_dot), (torch.randn(16, 16),))
+    [launch] = recorded["launches"]
+    assert launch["signature"] == {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "USE_DOT": "constexpr",
+                                   "BLOCK": "constexpr"} and launch["target"] == plan.NOMINAL_TARGET
+    request = {**_request(tmp_path, CPU_CELL, launch), "target": plan.NOMINAL_TARGET}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    subprocess.run([sys.executable, "-m", "grader.build_kernels", str(tmp_path / "request.json")], cwd=REPO,
+                   check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
+    texts, errors = ir_rules.read_built(tmp_path / "built")
+    assert not errors and len(texts) == 1
+    problem = ir_rules.plan_problem(recorded, texts, errors, ["tl.dot"])
+    # tl.sum of a broadcast product compiles to tt.dot too: without tl.dot means without tensor-core products
+    assert problem is not None and "contains tt.dot" in problem
+    assert ir_rules.plan_problem(recorded, texts, errors, []) is None
