@@ -8,7 +8,8 @@ Rules the verdicts follow (DESIGN.md, "Untrusted submissions"):
   from the judge. On a GPU: replay of the recorded launch plan on secret inputs; a graded function
   that calls a torch op other than allocation or views, a library, does host work, uses a second
   stream or returns memory no recorded kernel writes gets 0 with a reason, and so does a kernel that
-  is not a top-level ``@triton.jit`` function of a cell or whose decorator or defaults are not plain.
+  is not a top-level ``@triton.jit`` function of a cell (or ``triton.jit(f)`` of one), whose decorator
+  or defaults are not plain, or whose body reaches anything but Triton's language (grader.kernel_vet).
   On a CPU: the outputs the sandbox returns plus the recorded list of torch ops (same rules),
   provisional, and performance pending (``None`` here).
 - Quiz items: the master test cells run in the judge on answers exported as JSON; a value whose type
