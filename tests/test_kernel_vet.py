@@ -161,27 +161,28 @@ def _payloads(marker: str) -> list[tuple[str, str]]:
     return [
         ("uses_exec", f"tl.core.builtins.exec(\"open('{marker}-uses_exec', 'w').close()\")"),
         ("uses_import", f"tl.core.builtins.__import__('os').mkdir('{marker}-uses_import')"),
-        ("uses_module_function", f"triton.runtime.cache.os.mkdir('{marker}-uses_module_function')"),
+        ("uses_module_function", f"tl.core.inspect.os.mkdir('{marker}-uses_module_function')"),
     ]
 
 
-def test_a_payload_in_a_kernel_body_runs_when_compiled_unvetted(tmp_path):
-    """The control: Triton's code generator does run the payload (so the test below can fail)."""
+def test_each_payload_runs_when_its_kernel_is_compiled_unvetted(tmp_path):
+    """The control: Triton's code generator does run each payload (so the tests below can fail)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-
-    marker = str(tmp_path / "ran")
-    name, body = _payloads(marker)[0]
     from triton.runtime.jit import JITFunction
 
-    namespace: dict = {}
-    path = tmp_path / "cell.py"
-    path.write_text(_kernel(body + "\ntl.store(x_ptr + tl.arange(0, BLOCK), 1.0)", name).replace("@triton.jit\n", ""))
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
-    kernel = JITFunction(namespace[name])  # compiled, whatever TRITON_INTERPRET says (as the builder does)
-    triton.compile(ASTSource(kernel, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {(1,): 16}), target=GPUTarget(**SM90))
-    assert Path(f"{marker}-{name}").exists()
+    marker = str(tmp_path / "ran")
+    for name, body in _payloads(marker):
+        namespace: dict = {}
+        path = tmp_path / f"{name}.py"
+        source = _kernel(body + "\ntl.store(x_ptr + tl.arange(0, BLOCK), 1.0)", name)
+        path.write_text(source.replace("@triton.jit\n", ""))
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+        kernel = JITFunction(namespace[name])  # compiled, whatever TRITON_INTERPRET says (as the builder does)
+        triton.compile(ASTSource(kernel, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {(1,): 16}),
+                       target=GPUTarget(**SM90))
+        assert Path(f"{marker}-{name}").exists(), name
 
 
 def test_the_builder_runs_no_payload_of_a_kernel_body(tmp_path):
@@ -190,8 +191,8 @@ def test_the_builder_runs_no_payload_of_a_kernel_body(tmp_path):
     source = "\n".join(_kernel(body + "\ntl.store(x_ptr + tl.arange(0, BLOCK), 1.0)", name).replace(HEAD, "")
                        for name, body in payloads)
     index = _build(tmp_path / "b", HEAD + source, *(_launch(name) for name, _ in payloads))
-    errors = {entry["error"] for entry in index.values()}
     assert not list(tmp_path.glob("ran-*"))
+    errors = {entry.get("error", "") for entry in index.values()}
     assert all(any(f"kernel {name}" in e and "cannot be built" in e for e in errors) for name, _ in payloads), errors
     assert any("calls tl.core.builtins.exec, which is not a Triton builtin" in e for e in errors)
     assert not list((tmp_path / "b" / "built").glob("*.ttgir"))
@@ -199,7 +200,7 @@ def test_the_builder_runs_no_payload_of_a_kernel_body(tmp_path):
 
 @pytest.mark.sandbox
 def test_the_sandboxed_builder_runs_no_payload_and_binds_no_gpu(tmp_path, monkeypatch):
-    payloads = _payloads("/tmp/gpu-course-payload")  # inside the sandbox /tmp is its own
+    payloads = _payloads(str(tmp_path / "work" / "built" / "ran"))  # the builder's output folder: writable there
     source = HEAD + "\n".join(_kernel(body, name).replace(HEAD, "") for name, body in payloads)
     request = _request(tmp_path / "in", source, *(_launch(name) for name, _ in payloads))
     asked = []
@@ -210,9 +211,9 @@ def test_the_sandboxed_builder_runs_no_payload_and_binds_no_gpu(tmp_path, monkey
     outcome = execute.build(job, Path(request["notebook"]), Path(request["export"]), SM90, tmp_path / "built")
     assert outcome.status == "ok", (tmp_path / "build.log").read_text()[-2000:]
     assert asked == [False]
+    assert not [p for p in tmp_path.rglob("ran-*")]
     index = json.loads((tmp_path / "built" / "index.json").read_text())
     assert len(index) == 3 and all("cannot be built" in entry["error"] for entry in index.values())
-    assert not [p for p in (tmp_path / "work").rglob("*") if "payload" in p.name]
 
 
 @pytest.mark.parametrize("edit, why", [
@@ -325,3 +326,15 @@ def test_a_cpu_run_s_kernels_are_built_for_a_nominal_gpu_and_checked_on_their_ir
     # tl.sum of a broadcast product compiles to tt.dot too: without tl.dot means without tensor-core products
     assert problem is not None and "contains tt.dot" in problem
     assert ir_rules.plan_problem(recorded, texts, errors, []) is None
+
+
+def test_an_answer_cell_defines_the_kernel_it_wraps_with_triton_jit():
+    from grader import provenance
+
+    cells = [nbformat.v4.new_code_cell(HEAD + "def _k(x_ptr):\n    pass\n\nk = triton.jit(_k)\n"),
+             nbformat.v4.new_code_cell("def _other(x_ptr):\n    pass\n\nother = triton.jit(_other)\n")]
+    cells[0].metadata["nbgrader"] = {"grade_id": "answer"}
+    allowed = provenance.allowed_kernels(cells, ("answer",))
+    assert allowed.triton == {"_k"}
+    assert provenance.foreign_launch({"launches": [{"kernel": "_k"}]}, allowed) is None
+    assert "not defined in the answer cell" in provenance.foreign_launch({"launches": [{"kernel": "_other"}]}, allowed)
