@@ -23,6 +23,7 @@ from grader.build_kernels import launch_key
 OPS: dict[str, tuple[str, ...]] = {
     "tl.dot": ("tt.dot", "tt.dot_scaled", "ttng.warp_group_dot", "ttng.tc_gen5_mma", "ttng.tc_gen5_mma_scaled",
                "amdgpu.wmma"),
+    "tl.dot_scaled": ("tt.dot_scaled", "ttng.tc_gen5_mma_scaled"),
 }
 INLINE_ASM = {"tl.dot": re.compile(r"\b(w?gmma|mma)\b")}
 # Other source forms the compiler turns into those ops: said in the message, for a student who never wrote the call.

@@ -338,3 +338,11 @@ def test_an_answer_cell_defines_the_kernel_it_wraps_with_triton_jit():
     assert allowed.triton == {"_k"}
     assert provenance.foreign_launch({"launches": [{"kernel": "_k"}]}, allowed) is None
     assert "not defined in the answer cell" in provenance.foreign_launch({"launches": [{"kernel": "_other"}]}, allowed)
+
+
+def test_every_banned_call_of_the_course_has_its_compiled_forms():
+    from course import spec as specs
+
+    banned = {call for spec in specs.all_specs() for call in spec.forbidden_calls}
+    assert banned and all(ir_rules.OPS.get("tl." + call.removeprefix("triton.language.").removeprefix("tl."))
+                          for call in banned), banned
