@@ -141,7 +141,7 @@ def resolve_chain(prefix: str, parts: list[str], start: Any) -> Any:
             raise Refused(f"{where}: module {value.__name__} is not part of Triton's language")
         try:
             value = _attribute(value, attr)
-        except (AttributeError, ImportError):
+        except Exception:  # a missing name, or a module of Triton's that does not import here
             raise Refused(f"{where}: no such name in Triton's language") from None
         if isinstance(value, types.ModuleType):
             value = _mapped(value)
@@ -319,6 +319,8 @@ def vet_all(functions: Mapping[str, tuple[ast.FunctionDef, int]], scope: Scope) 
             own[name] = str(error)
         except RecursionError:
             own[name] = f"kernel {name}: an expression nested too deeply for the grader to read"
+        except Exception as error:  # a construct the vetter cannot read is refused, never guessed at
+            own[name] = f"kernel {name}: the grader could not read it ({type(error).__name__})"
     refused = dict(own)
     for name in functions:
         if name in refused:
