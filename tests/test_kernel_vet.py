@@ -346,3 +346,53 @@ def test_every_banned_call_of_the_course_has_its_compiled_forms():
     banned = {call for spec in specs.all_specs() for call in spec.forbidden_calls}
     assert banned and all(ir_rules.OPS.get("tl." + call.removeprefix("triton.language.").removeprefix("tl."))
                           for call in banned), banned
+
+
+FUNCTIONAL_CELL = HEAD + '''import torch
+
+
+def _scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = (offs < n) | EVEN
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 3.0, mask=mask)
+
+
+scale_kernel = triton.autotune(configs=[triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"])(
+    triton.heuristics(values={"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})(triton.jit(_scale)))
+
+
+def scale(x):
+    out = torch.empty_like(x)
+    scale_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+    return out
+'''
+
+
+@pytest.mark.gpu
+def test_a_kernel_in_functional_form_records_builds_and_replays_on_a_gpu(tmp_path):
+    import importlib.util
+
+    import torch
+
+    from course import plan
+
+    path = tmp_path / "functional_cell.py"
+    path.write_text(FUNCTIONAL_CELL)
+    module_spec = importlib.util.spec_from_file_location("functional_cell", path)
+    cell = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(cell)
+    x = torch.randn(1000, device="cuda")
+    cell.scale(x)  # the autotuner's first call
+    _, recorded = plan.record_call(cell.scale, (x,))
+    assert recorded["problems"] == [] and recorded["launches"][0]["kernel"] == "_scale"
+    [launch] = recorded["launches"]
+    request = {**_request(tmp_path, FUNCTIONAL_CELL, launch), "target": launch["target"]}
+    (tmp_path / "request.json").write_text(json.dumps(request))
+    subprocess.run([sys.executable, "-m", "grader.build_kernels", str(tmp_path / "request.json")], cwd=REPO,
+                   check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
+    kernels = replay.load_kernels(tmp_path / "built")
+    assert not kernels.errors, kernels.errors
+    fresh = torch.randn(1000, device="cuda")
+    out = replay.launch(replay.prepare(recorded, (fresh,), kernels, torch.float32, (1000,), 2**26))
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, fresh * 3)
