@@ -1,16 +1,21 @@
-"""Build a notebook's Triton kernels from their source, for the judge (run inside the sandbox).
+"""Build a notebook's Triton kernels from their source, for the judge (run inside a sandbox with no GPU).
 
 ``python -m grader.build_kernels REQUEST.json`` reads the sanitized notebook and the launches its
-run recorded. It keeps only the top-level ``@triton.jit`` functions of the notebook's code cells
-(and module-level constants made of literals), checks before running anything that each
-decorator, default value and annotation is plain (no Python runs at definition time), defines
-those functions and nothing else, and compiles each recorded specialisation for the judge's GPU
-with Triton's own compiler (a host-side tensor descriptor is specialised by its recorded signature
-entry, ``tensordesc<fp16[64, 64]>``: element type and block). It writes each kernel's TTGIR and an
-index. CUDA C launches (``course.cuda``) are built by ``grader.build_cuda`` from the notebook's
-top-level string constants, into the same index. The judge replays only these builds, so a kernel
-the notebook does not define, or a binary a student supplied, is never run, and a recorded launch
-whose kernel differs from the build is refused.
+run recorded. It keeps only the notebook's top-level kernels (``@triton.jit`` functions, possibly
+under ``@triton.autotune``/``@triton.heuristics``, or a plain top-level ``def f`` made one by an
+assignment ``k = triton.jit(f)``, ``k = triton.autotune(...)(triton.jit(f))``...; the recorded
+launch names ``f``) and module-level constants made of literals or paths into Triton's language. It
+checks from the syntax alone, before running anything, that each decorator, default value and
+annotation is plain (no Python runs at definition time) and that each kernel body reaches nothing
+but Triton's language (``grader.kernel_vet``: the code generator would call any Python function it
+reaches). It defines those functions and nothing else, and compiles each recorded specialisation
+(plain data, checked by ``specialisation``) for the requested target with Triton's own compiler (a
+host-side tensor descriptor is specialised by its recorded signature entry, ``tensordesc<fp16[64,
+64]>``: element type and block). It writes each kernel's TTGIR and an index. CUDA C launches
+(``course.cuda``) are built by ``grader.build_cuda`` from the notebook's top-level string constants,
+into the same index. The judge replays only these builds (recomputing each file's digest), so a
+kernel the notebook does not define, or a binary a student supplied, is never run, and a recorded
+launch whose kernel differs from the build is refused.
 """
 
 from __future__ import annotations
