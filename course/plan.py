@@ -329,10 +329,10 @@ def nominal_specialisation(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]
     ``NOMINAL_TARGET``, from an interpreted launch; {} when an argument has no such form (a tensor descriptor)."""
     import inspect
 
-    parameters = inspect.signature(fn.fn).parameters
     try:
+        parameters = inspect.signature(fn.fn).parameters
         bound = inspect.signature(fn.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in parameters})
-    except TypeError:
+    except (TypeError, ValueError):
         return {}
     bound.apply_defaults()
     signature, constexprs = {}, []
