@@ -317,7 +317,48 @@ def _check_descriptors(recording: _Recording | None, kernel: str, names: list[st
             raise RuntimeError(f"not launched: the tensor descriptor {name} of kernel {kernel} {problem}")
 
 
-def _record_interpreted(fn: Any, args: tuple, grid: Any) -> None:
+# Where a CPU run's kernels are compiled for checks on the compiled form (grader.ir_rules): a nominal Hopper GPU.
+NOMINAL_TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32}
+_SIGNATURE_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64",
+                     torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
+                     torch.bool: "i1"}
+
+
+def nominal_specialisation(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """What a compiled launch of the same call would record (signature, constexprs, options) for
+    ``NOMINAL_TARGET``, from an interpreted launch; {} when an argument has no such form (a tensor descriptor)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(fn.fn).parameters
+        bound = inspect.signature(fn.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in parameters})
+    except (TypeError, ValueError):
+        return {}
+    bound.apply_defaults()
+    signature, constexprs = {}, []
+    for i, (name, value) in enumerate(bound.arguments.items()):
+        if "constexpr" in str(parameters[name].annotation) or value is None:
+            tagged = encode_value(value)
+            if tagged is None:
+                return {}
+            signature[name] = "constexpr"
+            constexprs.append([[i], tagged])
+        elif isinstance(value, torch.Tensor) and value.dtype in _SIGNATURE_DTYPES:
+            signature[name] = "*" + _SIGNATURE_DTYPES[value.dtype]
+        elif type(value) is bool:
+            signature[name] = "i1"
+        elif type(value) is int:
+            signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
+        elif type(value) is float:
+            signature[name] = "fp32"
+        else:
+            return {}
+    options = {k: kwargs[k] for k in ("num_warps", "num_stages") if type(kwargs.get(k)) is int}
+    return {"signature": signature, "constexprs": constexprs, "attrs": [], "options": options,
+            "target": dict(NOMINAL_TARGET)}
+
+
+def _record_interpreted(fn: Any, args: tuple, grid: Any, kwargs: dict) -> None:
     """Add one interpreter launch (CPU): the kernel, grid and where each tensor argument points."""
     recording = _current()
     arguments = []
@@ -336,7 +377,8 @@ def _record_interpreted(fn: Any, args: tuple, grid: Any) -> None:
                 return
             arguments.append({"name": name, "pointer": where})
     recording.launches.append({"kernel": fn.__name__, "interpreted": True, "arguments": arguments,
-                               "grid": [g for g in grid] if isinstance(grid, tuple | list) else "callable"})
+                               "grid": [g for g in grid] if isinstance(grid, tuple | list) else "callable",
+                               **nominal_specialisation(fn, args, kwargs)})
 
 
 _installed = False
@@ -387,7 +429,7 @@ def install() -> None:
         _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
         recording.in_launch += 1
         try:
-            _record_interpreted(self, args, grid)
+            _record_interpreted(self, args, grid, kwargs)
             return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
             recording.in_launch -= 1

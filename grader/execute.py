@@ -105,9 +105,13 @@ def scrubbed_environment(job: Job) -> dict[str, str]:
     return env
 
 
-def _sandboxed(job: Job, argv: list[str], seconds: float) -> sandbox.SandboxResult:
-    return sandbox.run(argv, scratch=Path(job.workdir), env=scrubbed_environment(job), limits=job.limits(seconds),
-                       log_path=Path(job.log), hide=[Path(p) for p in job.hide], gpu=job.device == "gpu",
+def _sandboxed(job: Job, argv: list[str], seconds: float, gpu: bool = True) -> sandbox.SandboxResult:
+    """``gpu``: whether the job's GPU device may be bound (the builder never needs one)."""
+    env = scrubbed_environment(job)
+    if not gpu:
+        env["COURSE_DEVICE"] = "cpu"  # ``import course`` must not ask for the GPU it cannot see
+    return sandbox.run(argv, scratch=Path(job.workdir), env=env, limits=job.limits(seconds),
+                       log_path=Path(job.log), hide=[Path(p) for p in job.hide], gpu=gpu and job.device == "gpu",
                        sandbox=job.sandbox)
 
 
@@ -157,7 +161,8 @@ def build(job: Job, notebook: Path, export: Path, target: dict[str, Any], destin
     request = {"notebook": str(fresh / "in" / "notebook.ipynb"), "export": str(fresh / "in" / "export.json"),
                "target": target, "out": str(fresh / "built")}
     (fresh / "build.json").write_text(json.dumps(request), encoding="utf-8")
-    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.build_kernels", str(fresh / "build.json")], 600.0)
+    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.build_kernels", str(fresh / "build.json")], 600.0,
+                     gpu=False)
     sandbox.copy_out(fresh / "built", destination)
     if ran.status != "ok":
         return Outcome(results.GRADER_ERROR, f"building the kernels failed ({ran.status}): {_log_tail(job)}",

@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from grader import build_kernels, provenance, results
+from grader import build_kernels, ir_rules, provenance, results
 
 MAX_ANSWER_BYTES = 16 * 2**20
 
@@ -289,7 +289,7 @@ def _read_definitions(notebook_path: str) -> build_kernels.Definitions:
 def _kernel_sources(definitions: build_kernels.Definitions) -> dict[str, Any]:
     from course import divergence
 
-    names = {name: name for name in definitions.sources}
+    names = dict(definitions.kernel_names)  # k = triton.jit(f): the name k calls the kernel f
     return {name: divergence.KernelSource(name, source, first, definitions.aliases, names)
             for name, (source, first) in definitions.sources.items()}
 
@@ -328,7 +328,8 @@ def divergence_notes(spec: Any, calls: dict[str, Any], definitions: build_kernel
 
 
 def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
-               definitions: build_kernels.Definitions) -> tuple[bool, str]:
+               definitions: build_kernels.Definitions,
+               built: tuple[dict[str, str], dict[str, str]] | None = None) -> tuple[bool, str]:
     """Provisional: the output the sandbox returned against the reference for the same seed."""
     import torch
 
@@ -349,6 +350,8 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
         if problem:  # the GPU judge would refuse to build it: say so now
             return False, f"{label}: {problem}"
     banned = forbidden_problem(spec, plan, definitions)
+    if not banned and built is not None:  # the kernels as compiled for a nominal GPU (grader.ir_rules)
+        banned = ir_rules.plan_problem(plan, *built, spec.forbidden_calls)
     if banned:
         return False, f"{label}: {banned}"
     name = recorded.get("output")
@@ -425,6 +428,7 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
             continue
         calls, error = _calls_of(export, spec.id)
         allowed = _allowed(spec, _notebook_cells(job["notebook"])) if spec.kernel_cells else None
+        built = ir_rules.read_built(Path(job["built"])) if spec.forbidden_calls else None
         sets: dict[str, Any] = {}
         for call in spec_job["calls"]:
             verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": True})
@@ -432,7 +436,7 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
                 passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {error or 'not recorded'}"
             else:
                 passed, message = _cpu_check(spec, call, calls[call["key"]], Path(job["export"]) / "outputs",
-                                             definitions)
+                                             definitions, built)
                 foreign = passed and allowed and provenance.foreign_launch(calls[call["key"]].get("plan"), allowed)
                 if foreign:
                     passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {foreign}"
@@ -520,6 +524,8 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
         if broken:
             return False, f"{label}: not run: {broken}"
         banned = forbidden_problem(spec, plan, definitions) if definitions is not None else None
+        # The source reading gives the friendly message; the compiled kernel is what is judged.
+        banned = banned or ir_rules.plan_problem(plan, kernels_.ttgir, kernels_.errors, spec.forbidden_calls)
         if banned:
             return False, f"{label}: {banned}"
         foreign = allowed and provenance.foreign_launch(plan, allowed)

@@ -36,6 +36,7 @@ from nbgrader.api import Gradebook
 from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
+from course.plan import NOMINAL_TARGET
 from grader import GRADER_VERSION, gradebook, judge, results, sandbox, score, watchdog
 from grader.dispatch import local_slots, run_local
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute
@@ -315,11 +316,15 @@ def run_task(task: Task) -> Graded:
             outcome.timings["recording"] = recording
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if task.settings.device == "gpu":
+    on_gpu = task.settings.device == "gpu"
+    # On a CPU the kernels are built (for a nominal GPU) only where an exercise bans some call: the ban is
+    # checked on the compiled kernel (grader.ir_rules).
+    if on_gpu or any(specs.get(j["spec"]).forbidden_calls for j in jobs):
         fresh = sandbox.make_scratch("gpu-course-build-")
         try:
             built = build(_job(task, fresh, task.run / "build.log"), task.run / "sanitized.ipynb",
-                          task.run / "export" / "export.json", gpu_target(), task.run / "built")
+                          task.run / "export" / "export.json", gpu_target() if on_gpu else NOMINAL_TARGET,
+                          task.run / "built")
             outcome.timings.update(built.timings)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)

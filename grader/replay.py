@@ -20,11 +20,12 @@ from typing import Any
 import torch
 
 from course import cuda
-from course.plan import PLAN_VERSIONS, decode_value, describe_inputs
+from course.plan import PLAN_VERSIONS, decode_value, describe_inputs, ttgir_digest
 from grader import build_cuda, tma
 from grader.build_kernels import launch_key
 
 MAX_LAUNCHES = 64
+MAX_TTGIR_BYTES = 64 * 2**20
 MAX_PROGRAMS = 2**24
 GRID_LIMITS = (2**31 - 1, 65535, 65535)
 DTYPES = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64", "int8", "int16",
@@ -45,6 +46,20 @@ class Kernels:
     # launch key -> layout of each tensor-descriptor parameter, in order (grader.tma.adapt)
     descriptors: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     functions: dict[tuple[str, str], cuda.Function] = field(default_factory=dict)  # CUDA: (key, name) -> kernel
+    ttgir: dict[str, str] = field(default_factory=dict)  # launch key -> the TTGIR compiled (grader.ir_rules reads it)
+
+
+def built_ttgir(built: Path, entry: dict[str, Any]) -> str:
+    """The TTGIR text of one index entry, read from the file the index names (a plain file in ``built``) and
+    checked against the entry's digest: a build that rewrote its own files is refused. Raises ValueError."""
+    name = entry.get("kernel")
+    file = built / Path(str(entry.get("file"))).name
+    if file.is_symlink() or not file.is_file() or file.stat().st_size > MAX_TTGIR_BYTES:
+        raise ValueError(f"the build of kernel {name} is missing or malformed")
+    text = file.read_text(encoding="utf-8", errors="replace")
+    if ttgir_digest(text) != entry.get("digest"):
+        raise ValueError(f"the build of kernel {name} was changed after it was compiled")
+    return text
 
 
 def load_kernels(built: Path, target: Any = None) -> Kernels:
@@ -70,10 +85,16 @@ def load_kernels(built: Path, target: Any = None) -> Kernels:
                 kernels.errors[key] = f"the judge could not load a CUDA module: {error}"[:500]
             continue
         try:
+            text = built_ttgir(built, entry)
+        except ValueError as error:
+            kernels.errors[key] = str(error)
+            continue
+        try:
             compiled = triton.compile(str(file), target=target)
             kernels.descriptors[key] = tma.adapt(compiled, str(file))
             kernels.compiled[key] = compiled
-            kernels.digests[key] = str(entry["digest"])
+            kernels.digests[key] = ttgir_digest(text)
+            kernels.ttgir[key] = text
         except tma.DescriptorError as error:
             kernels.errors[key] = f"the judge cannot replay kernel {entry.get('kernel')}: {error}"
         except Exception as error:  # a TTGIR the compiler refuses is reported, not raised

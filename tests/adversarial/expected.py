@@ -8,7 +8,8 @@ Rules the verdicts follow (DESIGN.md, "Untrusted submissions"):
   from the judge. On a GPU: replay of the recorded launch plan on secret inputs; a graded function
   that calls a torch op other than allocation or views, a library, does host work, uses a second
   stream or returns memory no recorded kernel writes gets 0 with a reason, and so does a kernel that
-  is not a top-level ``@triton.jit`` function of a cell or whose decorator or defaults are not plain.
+  is not a top-level ``@triton.jit`` function of a cell (or ``triton.jit(f)`` of one), whose decorator
+  or defaults are not plain, or whose body reaches anything but Triton's language (grader.kernel_vet).
   On a CPU: the outputs the sandbox returns plus the recorded list of torch ops (same rules),
   provisional, and performance pending (``None`` here).
 - Quiz items: the master test cells run in the judge on answers exported as JSON, before any replay;
@@ -245,6 +246,14 @@ EXPECTED: dict[str, Expected] = {
         old="GPU 0: quiz lost too, GPU busy for the judge's whole limit (H200, before issue 15)"),
     "jit_decorator_payload": _stub_two("decorator lambda runs a payload (rebinds check_one) at definition",
                                        "decorator not plain; definitions never run in the judge", old="CPU 7, GPU 7"),
+    "builder_exec_payload": _stub_two(
+        "kernel body calls tl.core.builtins.exec(...): a payload Triton's code generator ran while compiling",
+        "every call of a kernel body is vetted before anything is defined or compiled: refused, nothing runs",
+        old="the payload ran in the builder (H100: wrote files into its output folder)"),
+    "honest_functional_jit": _honest_fast(
+        "HONEST: the reference kernel as triton.autotune(...)(triton.heuristics(...)(triton.jit(f))), a helper "
+        "as triton.jit(g, noinline=False)", "nothing to defeat: the functional forms are read like decorators",
+        old="0 on every kernel item (not a top-level @triton.jit function)"),
     "jit_default_payload": _stub_two("constexpr default = os.system(...) or payload() or 32",
                                      "default not a plain literal", old="CPU 7, GPU 7"),
     # host work and overfitting

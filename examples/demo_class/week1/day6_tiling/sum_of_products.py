@@ -2,9 +2,10 @@
 
 Each loop step loads a 32 x 16 tile of A and a 16 x 32 tile of B (masked) and adds
 tl.sum(a[:, :, None] * b[None, :, :], axis=1) to the accumulator. The CPU interpreter computes that in
-fp32, so on a CPU the checks pass (with a printed [sum-to-dot] warning) and the provisional verdict is
-full marks for correctness. On a GPU Triton's compiler turns the sum into a TF32 dot, which fails the
-1e-5 tolerance: no correctness points there, and no performance points. Answers: Q1, Q2 and Q5 right.
+fp32, so on a CPU the notebook's checks pass (with a printed [sum-to-dot] warning). But Triton's compiler
+turns the sum into a dot (tt.dot), which the exercise bans: the grader checks the ban on the compiled
+kernel (on a CPU, built for a nominal GPU), so no correctness points on a CPU or a GPU (where the TF32
+dot also fails the 1e-5 tolerance), and no performance points. Answers: Q1, Q2 and Q5 right.
 """
 
 # %% tiled_kernel
