@@ -70,6 +70,8 @@ class Settings:
     judge_timeout: float = 900.0
     memory_bytes: int = 8 * 2**30
     output_bytes: int = 64 * 2**20
+    scratch_bytes: int = 2 * 2**30
+    cpus_per_run: int | None = None  # None: the CPUs shared evenly among the parallel runs
     sandbox: bool = True
     seed: int | None = None  # the grading run's secret seed; drawn when not given
     notes: list[str] = field(default_factory=list)
@@ -229,7 +231,8 @@ def _job(task: Task, scratch: Path, log: Path) -> Job:
     s = task.settings
     return Job(notebook=str(scratch / "submission.ipynb"), workdir=str(scratch), device=s.device, gpu=task.gpu,
                cell_timeout=s.cell_timeout, notebook_timeout=s.notebook_timeout, memory_bytes=s.memory_bytes,
-               output_bytes=s.output_bytes, hide=task.hide, sandbox=s.sandbox, log=str(log))
+               output_bytes=s.output_bytes, scratch_bytes=s.scratch_bytes, cpus=s.cpus_per_run, hide=task.hide,
+               sandbox=s.sandbox, log=str(log))
 
 
 def _keep(scratch: Path, run: Path) -> None:
@@ -345,7 +348,7 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _LOG_NOISE = ("Kernel is running over TCP without encryption",)  # Jupyter's warning in every run's log
 _RUN_STATUSES = {results.TIMEOUT, results.KERNEL_DIED, results.CUDA_ERROR, results.MEMORY, results.OUTPUT_LIMIT,
-                 results.GRADER_ERROR}
+                 results.SCRATCH_LIMIT, results.GRADER_ERROR}
 
 
 def _text(value: Any) -> str:
@@ -492,6 +495,9 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
           ) -> list[NotebookResult]:
     """Grade every submission under ``submissions_root`` into ``out``; returns all results."""
     _check_sandbox(settings, log)
+    slots = local_slots(settings.device, settings.jobs)
+    if settings.cpus_per_run is None:
+        settings = replace(settings, cpus_per_run=sandbox.default_cpus_per_run(len(slots)))
     for stale in sandbox.cleanup_stale():
         log(f"removed {stale}, left by a grader that was stopped")
     out.mkdir(parents=True, exist_ok=True)
@@ -550,7 +556,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             progress(done, len(todo), result)
 
     tasks_by_key = {s.key: task for s, task in tasks}
-    for submission, graded in run_local(tasks, local_slots(settings.device, settings.jobs), run=run_task):
+    for submission, graded in run_local(tasks, slots, run=run_task):
         task = tasks_by_key[submission.key]
         try:
             if not isinstance(graded, Graded):  # the worker itself failed: an Outcome saying how
