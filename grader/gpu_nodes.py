@@ -136,6 +136,15 @@ def cuda_device(index: str) -> CudaDevice:
     return CudaDevice(index, uuid, pci)
 
 
+def cuda_visible(index: str) -> str:
+    """CUDA_VISIBLE_DEVICES for a child process that must use this process's CUDA device ``index``: its UUID, which
+    holds whatever this process's own CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER are."""
+    device = cuda_device(index)
+    if device.uuid is None:
+        raise GpuUnavailable(f"no UUID for CUDA device {index}")
+    return device.uuid
+
+
 def _smi_addresses() -> dict[str, str]:
     """UUID -> PCI address of every GPU, from nvidia-smi ({} where it is missing or fails)."""
     smi = shutil.which("nvidia-smi")

@@ -35,7 +35,7 @@ from nbgrader.api import Gradebook
 from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
-from grader import GRADER_VERSION, gradebook, judge, results, sandbox, score
+from grader import GRADER_VERSION, gpu_nodes, gradebook, judge, results, sandbox, score
 from grader.dispatch import local_slots, run_local
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute
 from grader.layout import (
@@ -249,7 +249,7 @@ def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
     scratch = sandbox.make_scratch("gpu-course-judge-")
     # Only judges write this cache, and only from course-built TTGIR (keyed by its hash), so it is shared.
     cache = task.judge_cache or scratch / "triton-cache"
-    env = dict(os.environ, TRITON_CACHE_DIR=str(cache), CUDA_VISIBLE_DEVICES=task.gpu or "0")
+    env = dict(os.environ, TRITON_CACHE_DIR=str(cache), CUDA_VISIBLE_DEVICES=gpu_nodes.cuda_visible(task.gpu or "0"))
     try:
         with open(task.run / "judge.log", "wb") as judge_log:
             # setpriv --pdeathsig: the judge dies with the grader, even when the grader is killed outright.

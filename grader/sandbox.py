@@ -381,12 +381,11 @@ def run(argv: list[str], *, scratch: Path, env: dict[str, str], limits: Limits, 
     devices: tuple[Path, ...] = ()
     if gpu is not None:
         try:
-            device = gpu_nodes.cuda_device(gpu)
             if sandbox:
-                given = gpu_nodes.binding(device)
+                given = gpu_nodes.binding(gpu_nodes.cuda_device(gpu))
                 devices, visible = given.nodes, given.visible
             else:
-                visible = device.uuid or gpu
+                visible = gpu_nodes.cuda_visible(gpu)
         except gpu_nodes.GpuUnavailable as error:
             return SandboxResult("error", None, f"the sandbox could not start: GPU {gpu}: {error}", 0.0, 0)
         env = {**env, "CUDA_VISIBLE_DEVICES": visible}
