@@ -371,6 +371,8 @@ def run(argv: list[str], *, scratch: Path, env: dict[str, str], limits: Limits, 
     and kill-on-exit, and the GPU chosen by CUDA_VISIBLE_DEVICES only."""
     if not argv:
         raise ValueError("run() needs a command")
+    if gpu is not None and not isinstance(gpu, str):
+        raise TypeError(f"gpu is a CUDA index such as '0' or None (no GPU), not {gpu!r}")
     scratch = Path(scratch).resolve()
     if not scratch.is_dir():
         raise ValueError(f"scratch {scratch} is not a directory")
