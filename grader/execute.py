@@ -110,13 +110,11 @@ def scrubbed_environment(job: Job) -> dict[str, str]:
     return env
 
 
-def _sandboxed(job: Job, argv: list[str], seconds: float, gpu: bool = True,
-               printed: tuple[str, ...] = ()) -> sandbox.SandboxResult:
-    """Run argv in the job's sandbox; with ``gpu`` on a GPU job, on the job's one GPU (the first by default)."""
+def _sandboxed(job: Job, argv: list[str], seconds: float, printed: tuple[str, ...] = ()) -> sandbox.SandboxResult:
+    """Run argv in the job's sandbox; a GPU job on its one GPU (the first when the job names none)."""
     return sandbox.run(argv, scratch=Path(job.workdir), env=scrubbed_environment(job), limits=job.limits(seconds),
                        log_path=Path(job.log), hide=[Path(p) for p in job.hide],
-                       gpu=(job.gpu or "0") if gpu and job.device == "gpu" else None, printed=printed,
-                       sandbox=job.sandbox)
+                       gpu=(job.gpu or "0") if job.device == "gpu" else None, printed=printed, sandbox=job.sandbox)
 
 
 def _log_tail(job: Job) -> str:
