@@ -126,6 +126,7 @@ def _settings(args: argparse.Namespace):
                     cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
                     judge_timeout=args.judge_timeout, replay_floor=args.replay_timeout,
                     memory_bytes=int(args.memory_gb * 2**30),
+                    scratch_bytes=int(args.scratch_gb * 2**30), cpus_per_run=args.cpus_per_run,
                     sandbox=args.sandbox, seed=args.seed)
 
 
@@ -281,7 +282,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     shutil.copy(args.notebook, scratch / "submission.ipynb")
     outcome = execute(Job(notebook=str(scratch / "submission.ipynb"), workdir=str(scratch), device=settings.device,
                           cell_timeout=settings.cell_timeout, notebook_timeout=settings.notebook_timeout,
-                          memory_bytes=settings.memory_bytes, sandbox=settings.sandbox, log=str(out / "run.log"),
+                          memory_bytes=settings.memory_bytes, scratch_bytes=settings.scratch_bytes,
+                          cpus=settings.cpus_per_run, sandbox=settings.sandbox, log=str(out / "run.log"),
                           hide=[str(out)]))
     if (scratch / "executed.ipynb").exists():
         shutil.copy(scratch / "executed.ipynb", out / "executed.ipynb")
@@ -316,6 +318,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def _execution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (a GPU if visible), gpu or cpu (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=None,
@@ -337,6 +346,15 @@ def _execution_options(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)g)")
     parser.add_argument("--memory-gb", type=float, default=8.0,
                         help="host memory one notebook run may use, GiB (default: %(default)g; make: MEMORY_GB)")
+    parser.add_argument("--scratch-gb", type=float, default=2.0,
+                        help="files one notebook run may write besides what it prints (compiler caches such as "
+                             "torch.compile's, temporary files), GiB; past it the status is scratch_limit. Printed "
+                             "output (cell outputs, the run's log, exported answers) has its own 64 MiB limit, "
+                             "status output_limit (default: %(default)g; make: SCRATCH_GB)")
+    parser.add_argument("--cpus-per-run", type=_at_least_one, default=None,
+                        help="CPUs each sandboxed run gets, a set of its own while there are enough; runs also get a "
+                             "lower scheduling priority than the grader and judge (default: the grader's CPUs "
+                             "divided by --jobs; make: CPUS_PER_RUN)")
     parser.add_argument("--seed", type=int, default=None,
                         help="the grading run's secret seed (default: drawn afresh; stored in every result)")
     parser.add_argument("--no-sandbox", dest="sandbox", action="store_false",

@@ -25,14 +25,18 @@ from grader import results, sandbox
 from grader.layout import KERNEL_NAME, REPO
 
 # Environment variables a notebook may see; everything else in the grader's environment is dropped.
-_PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH",
+# CUDA_VISIBLE_DEVICES is not among them: the sandbox sets it to the one GPU it binds (grader.sandbox.run).
+_PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "LD_LIBRARY_PATH",
                    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
                    "CUDA_PATH", "CUDA_HOME")  # where CuPy may find NVRTC (course.cuda)
 _CUDA_FAILURES = ("CUDA error", "illegal memory access", "misaligned address", "unspecified launch failure",
                   "AcceleratorError")
 _STATUSES = {results.OK, results.TIMEOUT, results.KERNEL_DIED, results.CUDA_ERROR, results.GRADER_ERROR}
 _SANDBOX_STATUS = {"timeout": results.TIMEOUT, "memory": results.MEMORY, "output_limit": results.OUTPUT_LIMIT,
-                   "error": results.GRADER_ERROR}
+                   "scratch_limit": results.SCRATCH_LIMIT, "error": results.GRADER_ERROR}
+# What a notebook run prints, besides its log: what leaves the sandbox (pipeline._keep). The rest of the
+# scratch directory (HOME, TMPDIR, Triton's and inductor's caches) counts against the scratch quota.
+PRINTED = ("executed.ipynb", "outcome.json", "export")
 
 
 @dataclass
@@ -40,12 +44,14 @@ class Job:
     notebook: str  # the notebook to run (the grader's recording cell already appended)
     workdir: str  # scratch directory holding only this run
     device: str  # "gpu" or "cpu"
-    gpu: str | None = None  # the one GPU this run may see (CUDA_VISIBLE_DEVICES)
+    gpu: str | None = None  # the one GPU this run may use: the grader's CUDA index (only its node is bound)
     cell_timeout: float = 600.0
     notebook_timeout: float = 1800.0
     startup_timeout: float = 120.0
     memory_bytes: int = 8 * 2**30
-    output_bytes: int = 64 * 2**20
+    output_bytes: int = 64 * 2**20  # printed: cell outputs, the run's log, exported answers
+    scratch_bytes: int = 2 * 2**30  # every other file the run writes (compiler caches, temporary files)
+    cpus: int | None = None  # CPUs per run (None: all, shared)
     hide: list[str] = field(default_factory=list)  # folders the sandbox must not see (OUT, submissions, solutions)
     sandbox: bool = True  # False only when the TA asked for --no-sandbox
     log: str = ""  # where the sandbox's stdout and stderr go (outside workdir)
@@ -63,7 +69,8 @@ class Job:
         return Path(self.workdir) / "outcome.json"
 
     def limits(self, seconds: float) -> sandbox.Limits:
-        return sandbox.Limits(seconds=seconds, memory_bytes=self.memory_bytes, output_bytes=self.output_bytes)
+        return sandbox.Limits(seconds=seconds, memory_bytes=self.memory_bytes, output_bytes=self.output_bytes,
+                              scratch_bytes=self.scratch_bytes, cpus=self.cpus)
 
 
 @dataclass
@@ -98,20 +105,21 @@ def scrubbed_environment(job: Job) -> dict[str, str]:
     env["JUPYTER_PATH"] = str(kernelspec_dir(work / "jupyter"))
     env["JUPYTER_PLATFORM_DIRS"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if job.gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = job.gpu
     env["COURSE_DEVICE"] = job.device
     env["COURSE_GRADING"] = "1"
     return env
 
 
-def _sandboxed(job: Job, argv: list[str], seconds: float, gpu: bool = True) -> sandbox.SandboxResult:
-    """``gpu``: whether the job's GPU device may be bound (the builder never needs one)."""
+def _sandboxed(job: Job, argv: list[str], seconds: float, printed: tuple[str, ...] = (),
+               gpu: bool = True) -> sandbox.SandboxResult:
+    """Run argv in the job's sandbox; a GPU job on its one GPU (the first when the job names none) unless ``gpu``
+    is False (the builder never needs one)."""
     env = scrubbed_environment(job)
     if not gpu:
         env["COURSE_DEVICE"] = "cpu"  # ``import course`` must not ask for the GPU it cannot see
     return sandbox.run(argv, scratch=Path(job.workdir), env=env, limits=job.limits(seconds),
-                       log_path=Path(job.log), hide=[Path(p) for p in job.hide], gpu=gpu and job.device == "gpu",
+                       log_path=Path(job.log), hide=[Path(p) for p in job.hide],
+                       gpu=(job.gpu or "0") if gpu and job.device == "gpu" else None, printed=printed,
                        sandbox=job.sandbox)
 
 
@@ -128,7 +136,8 @@ def execute(job: Job) -> Outcome:
     work.mkdir(parents=True, exist_ok=True)
     job_file = work / "job.json"
     job_file.write_text(json.dumps(asdict(job)), encoding="utf-8")
-    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.execute", str(job_file)], job.notebook_timeout)
+    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.execute", str(job_file)], job.notebook_timeout,
+                     printed=PRINTED)
     timings = {"notebook": ran.seconds}
     if ran.status == "timeout":
         return Outcome(results.TIMEOUT, f"the notebook ran past its {job.notebook_timeout:.0f} s limit", timings)

@@ -37,7 +37,7 @@ from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
 from course.plan import NOMINAL_TARGET
-from grader import GRADER_VERSION, gradebook, judge, results, sandbox, score, watchdog
+from grader import GRADER_VERSION, gpu_nodes, gradebook, judge, results, sandbox, score, watchdog
 from grader.dispatch import local_slots, run_local
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute
 from grader.layout import (
@@ -78,6 +78,8 @@ class Settings:
     replay_factor: float = 50.0
     memory_bytes: int = 8 * 2**30
     output_bytes: int = 64 * 2**20
+    scratch_bytes: int = 2 * 2**30
+    cpus_per_run: int | None = None  # None: the CPUs shared evenly among the parallel runs
     sandbox: bool = True
     seed: int | None = None  # the grading run's secret seed; drawn when not given
     notes: list[str] = field(default_factory=list)
@@ -239,7 +241,8 @@ def _job(task: Task, scratch: Path, log: Path) -> Job:
     s = task.settings
     return Job(notebook=str(scratch / "submission.ipynb"), workdir=str(scratch), device=s.device, gpu=task.gpu,
                cell_timeout=s.cell_timeout, notebook_timeout=s.notebook_timeout, memory_bytes=s.memory_bytes,
-               output_bytes=s.output_bytes, hide=task.hide, sandbox=s.sandbox, log=str(log))
+               output_bytes=s.output_bytes, scratch_bytes=s.scratch_bytes, cpus=s.cpus_per_run, hide=task.hide,
+               sandbox=s.sandbox, log=str(log))
 
 
 def _keep(scratch: Path, run: Path) -> None:
@@ -264,7 +267,8 @@ def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
     scratch = sandbox.make_scratch("gpu-course-judge-")
     # Only judges write this cache, and only from course-built TTGIR (keyed by its hash), so it is shared.
     cache = task.judge_cache or scratch / "triton-cache"
-    env = grader_environment(dict(os.environ, TRITON_CACHE_DIR=str(cache), CUDA_VISIBLE_DEVICES=task.gpu or "0"))
+    env = grader_environment(dict(os.environ, TRITON_CACHE_DIR=str(cache),
+                                  CUDA_VISIBLE_DEVICES=gpu_nodes.cuda_visible(task.gpu or "0")))
     # setpriv --pdeathsig: the judge dies with the grader, even when the grader is killed outright.
     guard = [setpriv, "--pdeathsig", "KILL", "--"] if (setpriv := shutil.which("setpriv")) else []
     try:
@@ -387,7 +391,7 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _LOG_NOISE = ("Kernel is running over TCP without encryption",)  # Jupyter's warning in every run's log
 _RUN_STATUSES = {results.TIMEOUT, results.KERNEL_DIED, results.CUDA_ERROR, results.MEMORY, results.OUTPUT_LIMIT,
-                 results.GRADER_ERROR}
+                 results.SCRATCH_LIMIT, results.GRADER_ERROR}
 
 
 def _text(value: Any) -> str:
@@ -564,6 +568,9 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
           ) -> list[NotebookResult]:
     """Grade every submission under ``submissions_root`` into ``out``; returns all results."""
     _check_sandbox(settings, log)
+    slots = local_slots(settings.device, settings.jobs)
+    if settings.cpus_per_run is None:
+        settings = replace(settings, cpus_per_run=sandbox.default_cpus_per_run(len(slots)))
     for stale in sandbox.cleanup_stale():
         log(f"removed {stale}, left by a grader that was stopped")
     out.mkdir(parents=True, exist_ok=True)
@@ -626,7 +633,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             progress(done, len(todo), result)
 
     tasks_by_key = {s.key: task for s, task in tasks}
-    for submission, graded in run_local(tasks, local_slots(settings.device, settings.jobs), run=run_task):
+    for submission, graded in run_local(tasks, slots, run=run_task):
         task = tasks_by_key[submission.key]
         try:
             if not isinstance(graded, Graded):  # the worker itself failed: an Outcome saying how

@@ -19,9 +19,11 @@ MISSING = "missing"  # nothing was submitted for this notebook; ``found`` says w
 AMBIGUOUS = "ambiguous"  # several notebooks could be this one and none is named as expected: none was graded
 GRADER_ERROR = "grader_error"
 MEMORY = "memory"
-OUTPUT_LIMIT = "output_limit"
+OUTPUT_LIMIT = "output_limit"  # printed too much: cell outputs, the run's log, exported answers
+SCRATCH_LIMIT = "scratch_limit"  # wrote too many other files (compiler caches, temporary files)
 # A notebook with one of these was found but not graded normally (its points are 0 or incomplete).
-NOT_GRADED_NORMALLY = (TIMEOUT, KERNEL_DIED, CUDA_ERROR, CORRUPT, AMBIGUOUS, GRADER_ERROR, MEMORY, OUTPUT_LIMIT)
+NOT_GRADED_NORMALLY = (TIMEOUT, KERNEL_DIED, CUDA_ERROR, CORRUPT, AMBIGUOUS, GRADER_ERROR, MEMORY, OUTPUT_LIMIT,
+                       SCRATCH_LIMIT)
 
 # Item statuses.
 PASSED, FAILED, PARTIAL, PENDING, NOT_RUN = "passed", "failed", "partial", "pending", "not_run"

@@ -2,10 +2,18 @@
 
 ``run`` starts a command under bubblewrap: new PID, network, IPC and UTS namespaces, as the
 unprivileged user 65534, with the whole filesystem read-only, a fresh empty /tmp, the caller's
-``hide`` paths covered by empty mounts and one scratch directory as the only writable place. A
-watchdog in the calling thread polls every 0.1 s and kills the whole process tree past the wall
-time, memory (summed RSS) or output (scratch size + log size) limit. Every way the command can end
-is a ``SandboxResult``; nothing the command does raises here.
+``hide`` paths covered by empty mounts, one scratch directory as the only writable place and, when
+asked for, the device node of one GPU (``grader.gpu_nodes``). It runs at a lower scheduling priority
+on a set of CPUs of its own while there are enough (``CpuPool``). A watchdog in the calling thread
+polls every 0.1 s and kills the whole process tree past the wall time, memory (summed RSS), printed
+output or scratch quota. Every way the command can end is a ``SandboxResult``; nothing the command
+does raises here.
+
+Printed output is what leaves the sandbox: the command's stdout and stderr (the log) and the scratch
+entries the caller names in ``printed`` (for a notebook: the executed notebook, which holds every
+cell's output, and the exported answers). Everything else written in scratch (HOME, TMPDIR, compiler
+caches such as Triton's and inductor's) is a scratch file, deleted with the scratch directory, and has
+its own, larger quota.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,11 +35,16 @@ from pathlib import Path
 
 import psutil
 
+from grader import gpu_nodes
+
 SANDBOX_UID = 65534  # nobody
 OWNER_FILE = "owner.pid"
 # Tasks (processes and threads) the sandbox user may have. A Jupyter kernel with torch and Triton
 # uses about 60-100 on a 16-core machine; the cap stops a fork bomb long before the machine's limit.
 MAX_TASKS = 4096
+# Sandboxed commands run below the grader and the judge, which times kernels. An unprivileged process cannot
+# raise its priority back (RLIMIT_NICE is 0), so this holds for hostile code too.
+SANDBOX_NICE = 10
 _POLL_SECONDS = 0.1
 _STALE_GRACE_SECONDS = 3600.0
 _TEMP_DIR = Path(tempfile.gettempdir())
@@ -40,12 +54,15 @@ _TEMP_DIR = Path(tempfile.gettempdir())
 class Limits:
     seconds: float = 1800.0  # wall clock for the whole sandboxed command
     memory_bytes: int = 8 * 2**30  # total resident memory of every process in the sandbox
-    output_bytes: int = 64 * 2**20  # bytes the sandbox may write: scratch dir size + its stdout/stderr log
+    output_bytes: int = 64 * 2**20  # printed output: the stdout/stderr log + the scratch entries named `printed`
+    scratch_bytes: int = 2 * 2**30  # every other file in scratch (compiler caches, temporary files)
+    cpus: int | None = None  # CPUs the command may run on (a set of its own while there are enough); None: all
 
 
 @dataclass
 class SandboxResult:
-    status: str  # "ok", "failed", "timeout", "memory", "output_limit" or "error" (the sandbox could not start)
+    # "ok", "failed", "timeout", "memory", "output_limit", "scratch_limit" or "error" (the sandbox could not start)
+    status: str
     returncode: int | None
     message: str
     seconds: float
@@ -74,7 +91,7 @@ def unavailable_reason() -> str | None:
     scratch = make_scratch("gpu-course-probe-")
     try:
         log = scratch.parent / f"{scratch.name}.log"
-        result = _run([true], scratch, {"PATH": os.defpath}, Limits(seconds=60), log, (), False, True)
+        result = _run([true], scratch, {"PATH": os.defpath}, Limits(seconds=60), log, (), (), (), None, True)
         text = log.read_text(errors="replace").strip() if log.exists() else ""
         log.unlink(missing_ok=True)
     finally:
@@ -152,14 +169,13 @@ def _closed_ancestor(path: Path) -> Path | None:
     return None
 
 
-def _bwrap_command(argv: Sequence[str], scratch: Path, env: dict[str, str], hide: Sequence[Path], gpu: bool,
-                   status_fd: int) -> list[str]:
+def _bwrap_command(argv: Sequence[str], scratch: Path, env: dict[str, str], hide: Sequence[Path],
+                   devices: Sequence[Path], status_fd: int) -> list[str]:
     command = [str(_tool("bwrap")), "--json-status-fd", str(status_fd), "--die-with-parent", "--new-session",
                "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-    if gpu:
-        for device in sorted(Path("/dev").glob("nvidia*")):
-            command += ["--dev-bind", str(device), str(device)]
+    for device in devices:
+        command += ["--dev-bind", str(device), str(device)]
     read_only = ["/tmp"]
     needed = _needed_paths(argv, env)
     if _as_root():
@@ -238,22 +254,67 @@ def _resident_bytes(processes: Sequence[psutil.Process]) -> int:
     return total
 
 
-def _written_bytes(scratch: Path, log_path: Path) -> int:
-    """Apparent or allocated size, whichever is larger, and at least 512 bytes an entry: neither sparse files nor
-    millions of empty files are free."""
-    total = 0
+def _written_bytes(scratch: Path, log_path: Path, printed: Sequence[str] = ()) -> tuple[int, int]:
+    """(printed output, scratch files): the log and the top-level scratch entries named in ``printed``, and every
+    other entry. Apparent or allocated size, whichever is larger, and at least 512 bytes an entry: neither sparse
+    files nor millions of empty files are free."""
+    totals = [0, 0]
     with contextlib.suppress(OSError):
-        total += log_path.stat().st_size
-    stack = [scratch]
+        totals[0] += log_path.stat().st_size
+    stack = [(scratch, None)]
     while stack:
-        with contextlib.suppress(OSError), os.scandir(stack.pop()) as entries:
+        folder, kind = stack.pop()
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
             for entry in entries:
                 with contextlib.suppress(OSError):
+                    which = kind if kind is not None else (0 if entry.name in printed else 1)
                     info = entry.stat(follow_symlinks=False)
-                    total += max(info.st_size, info.st_blocks * 512, 512)
+                    totals[which] += max(info.st_size, info.st_blocks * 512, 512)
                     if entry.is_dir(follow_symlinks=False):
-                        stack.append(Path(entry.path))
-    return total
+                        stack.append((Path(entry.path), which))
+    return totals[0], totals[1]
+
+
+class CpuPool:
+    """Hands each sandboxed run a set of CPUs, the least used first: parallel runs get disjoint sets while there
+    are enough CPUs, and share them evenly when there are not. Thread-safe (the dispatcher runs jobs in threads)."""
+
+    def __init__(self, cpus: Sequence[int]) -> None:
+        self._users = dict.fromkeys(sorted(cpus), 0)
+        self._lock = threading.Lock()
+
+    def take(self, count: int) -> list[int]:
+        with self._lock:
+            chosen = sorted(sorted(self._users, key=lambda cpu: (self._users[cpu], cpu))[:max(1, count)])
+            for cpu in chosen:
+                self._users[cpu] += 1
+            return chosen
+
+    def give_back(self, cpus: Sequence[int]) -> None:
+        with self._lock:
+            for cpu in cpus:
+                self._users[cpu] -= 1
+
+
+CPUS = CpuPool(sorted(os.sched_getaffinity(0)))
+
+
+def default_cpus_per_run(parallel: int) -> int:
+    """The grader's CPUs shared evenly among ``parallel`` runs (at least one each)."""
+    return max(1, len(os.sched_getaffinity(0)) // max(1, parallel))
+
+
+def _cpu_share(cpus: Sequence[int] | None) -> list[str]:
+    """The command prefix that runs a command on ``cpus`` (all when None) at the sandbox's priority.
+
+    The CPU set is advice honest code follows (OpenMP and torch size their thread pools from it); a process can
+    widen its own affinity again. The priority holds: an unprivileged process cannot raise it."""
+    prefix = []
+    if cpus is not None and (taskset := _tool("taskset")) is not None:
+        prefix += [taskset, "--cpu-list", ",".join(map(str, cpus))]
+    if (nice := _tool("nice")) is not None:
+        prefix += [nice, "-n", str(SANDBOX_NICE)]
+    return prefix
 
 
 def _exited(child: subprocess.Popen[bytes]) -> bool:
@@ -302,11 +363,16 @@ def _kill_everything(child: subprocess.Popen[bytes], seen: dict[int, psutil.Proc
 
 
 def run(argv: list[str], *, scratch: Path, env: dict[str, str], limits: Limits, log_path: Path,
-        hide: Sequence[Path] = (), gpu: bool = False, sandbox: bool = True) -> SandboxResult:
-    """Run argv with cwd=scratch. sandbox=False runs it as a plain child process (the TA's explicit --no-sandbox),
-    with the same limits and kill-on-exit."""
+        hide: Sequence[Path] = (), gpu: str | None = None, printed: Sequence[str] = (),
+        sandbox: bool = True) -> SandboxResult:
+    """Run argv with cwd=scratch. ``gpu``: the grader's CUDA index of the one GPU the command may use (None: no GPU;
+    inside, CUDA_VISIBLE_DEVICES names it by UUID). ``printed``: top-level scratch entries that count as printed
+    output. sandbox=False runs it as a plain child process (the TA's explicit --no-sandbox), with the same limits
+    and kill-on-exit, and the GPU chosen by CUDA_VISIBLE_DEVICES only."""
     if not argv:
         raise ValueError("run() needs a command")
+    if gpu is not None and not isinstance(gpu, str):
+        raise TypeError(f"gpu is a CUDA index such as '0' or None (no GPU), not {gpu!r}")
     scratch = Path(scratch).resolve()
     if not scratch.is_dir():
         raise ValueError(f"scratch {scratch} is not a directory")
@@ -314,28 +380,55 @@ def run(argv: list[str], *, scratch: Path, env: dict[str, str], limits: Limits, 
         reason = unavailable_reason()
         if reason is not None:
             return SandboxResult("error", None, f"the sandbox could not start: {reason}", 0.0, 0)
-    return _run(argv, scratch, env, limits, Path(log_path), hide, gpu, sandbox)
+    devices: tuple[Path, ...] = ()
+    if gpu is not None:
+        try:
+            if sandbox:
+                given = gpu_nodes.binding(gpu_nodes.cuda_device(gpu))
+                devices, visible = given.nodes, given.visible
+            else:
+                visible = gpu_nodes.cuda_visible(gpu)
+        except gpu_nodes.GpuUnavailable as error:
+            return SandboxResult("error", None, f"the sandbox could not start: GPU {gpu}: {error}", 0.0, 0)
+        env = {**env, "CUDA_VISIBLE_DEVICES": visible}
+    else:
+        env = {**env, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, also where no sandbox hides the nodes
+    cpus = CPUS.take(limits.cpus) if limits.cpus is not None else None
+    try:
+        return _run(argv, scratch, env, limits, Path(log_path), hide, devices, tuple(printed), cpus, sandbox)
+    finally:
+        if cpus is not None:
+            CPUS.give_back(cpus)
 
 
 def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits, log_path: Path,
-         hide: Sequence[Path], gpu: bool, sandbox: bool) -> SandboxResult:
+         hide: Sequence[Path], devices: Sequence[Path], printed: Sequence[str], cpus: Sequence[int] | None,
+         sandbox: bool) -> SandboxResult:
     started = time.monotonic()
 
     def result(status: str, returncode: int | None, message: str, peak: int = 0) -> SandboxResult:
         return SandboxResult(status, returncode, message, time.monotonic() - started, peak)
+
+    def over_quota() -> str | None:
+        output, files = _written_bytes(scratch, log_path, printed)
+        if output > limits.output_bytes:
+            return "output_limit"
+        return "scratch_limit" if files > limits.scratch_bytes else None
 
     status_read, status_write = os.pipe() if sandbox else (-1, -1)
     command = list(argv)
     if sandbox:
         if _as_root():
             _chown_tree(scratch)
-        command = _bwrap_command(argv, scratch, env, hide, gpu, status_write)
+        command = _bwrap_command(argv, scratch, env, hide, devices, status_write)
+    command = _cpu_share(cpus) + command
     prlimit = _tool("prlimit")
     if prlimit is not None:
-        # RLIMIT_FSIZE caps any one file. RLIMIT_NPROC counts every task of a real uid on the machine, so
-        # it is set only where that uid is the sandbox's own (root drops to 65534 inside; root is exempt).
+        # RLIMIT_FSIZE caps any one file: the larger quota. RLIMIT_NPROC counts every task of a real uid on the
+        # machine, so it is set only where that uid is the sandbox's own (root drops to 65534 inside; root is exempt).
         nproc = [f"--nproc={MAX_TASKS}"] if sandbox and _as_root() else []
-        command = [prlimit, f"--fsize={limits.output_bytes}", *nproc, "--", *command]
+        fsize = max(limits.output_bytes, limits.scratch_bytes)
+        command = [prlimit, f"--fsize={fsize}", *nproc, "--", *command]
     with open(log_path, "wb") as log:
         try:
             child = subprocess.Popen(command, cwd=scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -362,19 +455,27 @@ def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits
                 stopped = "timeout"
             elif resident > limits.memory_bytes:
                 stopped = "memory"
-            elif _written_bytes(scratch, log_path) > limits.output_bytes:
-                stopped = "output_limit"
+            else:
+                stopped = over_quota()
             if stopped is not None:
                 break
     finally:
         _kill_everything(child, seen)
     statuses = _read_available(status_read) if sandbox else ""
-    if stopped is None and _written_bytes(scratch, log_path) >= limits.output_bytes:
-        stopped = "output_limit"  # a write cut short by RLIMIT_FSIZE (SIGXFSZ)
+    if stopped is None:
+        output, files = _written_bytes(scratch, log_path, printed)
+        # A write cut short by RLIMIT_FSIZE (SIGXFSZ) ends at the quota exactly.
+        if output >= limits.output_bytes:
+            stopped = "output_limit"
+        elif files >= limits.scratch_bytes:
+            stopped = "scratch_limit"
     messages = {
         "timeout": f"ran past its {limits.seconds:g} s time limit; stopped",
         "memory": f"used more than {limits.memory_bytes / 2**30:.1f} GiB of memory; stopped",
-        "output_limit": f"wrote more than {limits.output_bytes / 2**20:.1f} MiB (files and printed output); stopped",
+        "output_limit": f"printed more than {_size(limits.output_bytes)} (cell outputs, the run's log and exported "
+                        "answers); stopped",
+        "scratch_limit": f"wrote more than {_size(limits.scratch_bytes)} of files in its scratch folder (caches and "
+                         "temporary files); stopped",
     }
     if stopped is not None:
         return result(stopped, child.returncode, messages[stopped], peak)
@@ -388,6 +489,10 @@ def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits
         with contextlib.suppress(ValueError):
             return result("failed", returncode, f"was killed by {signal.Signals(number).name}", peak)
     return result("failed", returncode, f"exited with code {returncode}", peak)
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.1f} MiB"
 
 
 def _read_available(fd: int) -> str:

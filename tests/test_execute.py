@@ -60,6 +60,20 @@ def test_the_notebook_sees_a_scrubbed_environment(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("device", ["cpu", "gpu"])
-def test_the_device_reaches_the_notebook(tmp_path, device):
+def test_the_device_reaches_the_notebook(tmp_path, device, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")  # the grader's own: the sandbox names the run's one GPU
     env = scrubbed_environment(Job(notebook="x", workdir=str(tmp_path), device=device, gpu="1"))
-    assert env["COURSE_DEVICE"] == device and env["CUDA_VISIBLE_DEVICES"] == "1"
+    assert env["COURSE_DEVICE"] == device and "CUDA_VISIBLE_DEVICES" not in env
+
+
+CACHE = "import os, tempfile\nopen(os.path.join(tempfile.gettempdir(), 'cache.bin'), 'wb').write(b'x' * {} * 2**20)"
+
+
+@pytest.mark.parametrize(("source", "status"), [
+    (CACHE.format(3), results.OK),  # a compiler cache: over the printed-output limit, under the scratch quota
+    ("print('x' * 3 * 2**20)", results.OUTPUT_LIMIT),  # the same amount printed: in the executed notebook
+    (CACHE.format(12) + "\nimport time\ntime.sleep(30)", results.SCRATCH_LIMIT),
+])
+def test_printed_output_and_scratch_files_have_their_own_quotas(tmp_path, source, status):
+    _, outcome = _run(tmp_path, source, output_bytes=2**20, scratch_bytes=8 * 2**20)
+    assert outcome.status == status, outcome.message

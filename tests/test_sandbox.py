@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -243,8 +244,8 @@ def test_killing_the_grader_kills_everything_inside(scratch, tmp_path):
 
 @pytest.mark.parametrize("use_sandbox", [pytest.param(True, marks=needs_bwrap), False])
 def test_exit_codes_and_limits_become_statuses(scratch, tmp_path, use_sandbox):
-    def check(code: str, limits: Limits = MINUTE):
-        return _python(scratch, tmp_path / "log", code, limits=limits, sandbox=use_sandbox)
+    def check(code: str, limits: Limits = MINUTE, **options):
+        return _python(scratch, tmp_path / "log", code, limits=limits, sandbox=use_sandbox, **options)
 
     result, log = check("print('hi')")
     assert (result.status, result.returncode, log) == ("ok", 0, "hi\n")
@@ -265,17 +266,32 @@ def test_exit_codes_and_limits_become_statuses(scratch, tmp_path, use_sandbox):
     assert result.status == "memory" and 2**30 < result.peak_memory_bytes < 4 * 2**30, result
     assert result.message == "used more than 1.0 GiB of memory; stopped"
 
-    output = Limits(seconds=60, output_bytes=2**20)
-    for code in ("import sys\nwhile True:\n    sys.stdout.write('x' * 4096)",  # printed output
-                 "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 65536)",  # one big file
-                 "import time\nfor i in range(100000):\n    open(f'f{i}', 'wb').write(b'x' * 50000)\n"
-                 "    time.sleep(0.001)"):  # many files, each under the limit
-        result, _ = check(code, output)
-        assert result.status == "output_limit", (code, result)
-        assert result.message == "wrote more than 1.0 MiB (files and printed output); stopped"
+    # Printed output (the log and the scratch entries named `printed`) and every other file have separate quotas.
+    quotas = Limits(seconds=60, output_bytes=2**20, scratch_bytes=4 * 2**20)
+    forever = "\nimport time\ntime.sleep(30)"
+    for code, status in (
+        ("import sys\nwhile True:\n    sys.stdout.write('x' * 4096)", "output_limit"),  # printed output
+        ("with open('shown.txt', 'wb') as f:\n    while True:\n        f.write(b'x' * 4096)", "output_limit"),
+        ("open('shown.txt', 'wb').write(b'x' * 2 * 2**20)\nopen('cache', 'wb').write(b'x' * 2**20)" + forever,
+         "output_limit"),  # under both quotas in all, but the printed part is over its own
+        ("with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 65536)", "scratch_limit"),  # one file
+        ("import time\nfor i in range(100000):\n    open(f'f{i}', 'wb').write(b'x' * 50000)\n"
+         "    time.sleep(0.001)", "scratch_limit"),  # many files, each under the quota
+        ("for i in range(8):\n    open(f's{i}', 'wb').truncate(2**20)" + forever, "scratch_limit"),  # sparse files
+    ):
+        result, _ = check(code, quotas, printed=("shown.txt",))
+        assert result.status == status, (code, result)
+        assert result.message == {
+            "output_limit": "printed more than 1.0 MiB (cell outputs, the run's log and exported answers); stopped",
+            "scratch_limit": "wrote more than 4.0 MiB of files in its scratch folder (caches and temporary files); "
+                             "stopped"}[status]
         for path in scratch.iterdir():
             if path.name != sandbox.OWNER_FILE:
                 path.unlink()
+    # 3 MiB of cache files and 0.5 MiB printed: each under its own quota, though their sum is over the printed one.
+    result, _ = check("open('shown.txt', 'wb').write(b'x' * 2**19)\nopen('cache', 'wb').write(b'x' * 3 * 2**20)",
+                      quotas, printed=("shown.txt",))
+    assert result.status == "ok", result
 
 
 def test_cleanup_stale_removes_only_dirs_of_dead_graders(tmp_path):
@@ -328,3 +344,48 @@ def test_a_hidden_folder_inside_another_hidden_folder_is_fine(scratch, tmp_path)
     finally:
         shutil.rmtree(out, ignore_errors=True)
     assert result.status == "ok", (result.message, log)
+
+
+SHARE = "import json, os\nprint(json.dumps({'cpus': sorted(os.sched_getaffinity(0)), 'nice': os.nice(0), " \
+        "'cuda': os.environ.get('CUDA_VISIBLE_DEVICES')}))"
+
+
+@pytest.mark.parametrize("use_sandbox", [pytest.param(True, marks=needs_bwrap), False])
+def test_a_run_gets_its_own_cpus_at_a_lower_priority_and_no_gpu(tmp_path, use_sandbox):
+    """Two runs at once, one CPU each: different CPUs where the machine has two, a lower priority, and (no GPU
+    asked for) CUDA_VISIBLE_DEVICES empty even where no sandbox hides the device nodes."""
+    scratches = [make_scratch(), make_scratch()]
+    code = SHARE + "\nimport time\ntime.sleep(1)"
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            ran = list(pool.map(lambda i: _python(scratches[i], tmp_path / f"log{i}", code, sandbox=use_sandbox,
+                                                  limits=Limits(seconds=60, cpus=1)), range(2)))
+    finally:
+        for path in scratches:
+            shutil.rmtree(path, ignore_errors=True)
+    seen = []
+    for result, log in ran:
+        assert result.status == "ok", log
+        seen.append(_last_json(log))
+    assert all(len(s["cpus"]) == 1 and s["cuda"] == "" for s in seen), seen
+    assert seen[0]["nice"] == seen[1]["nice"] == min(19, os.nice(0) + sandbox.SANDBOX_NICE), seen
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert seen[0]["cpus"] != seen[1]["cpus"], seen
+
+
+@needs_bwrap
+def test_sandboxed_code_cannot_raise_its_priority_back(scratch, tmp_path):
+    code = "import os\ntry:\n    os.nice(-1)\n    print('raised')\nexcept PermissionError:\n    print('refused')"
+    result, log = _python(scratch, tmp_path / "log", code)
+    assert result.status == "ok" and log.strip() == "refused", log
+
+
+def test_the_cpu_pool_hands_out_disjoint_sets_while_it_can_then_shares_evenly():
+    pool = sandbox.CpuPool([0, 1, 2, 3])
+    first, second = pool.take(2), pool.take(2)
+    assert sorted(first + second) == [0, 1, 2, 3]
+    third = pool.take(3)  # oversubscribed: the least used CPUs first
+    assert len(set(third)) == 3
+    pool.give_back(first)
+    assert pool.take(2) == first  # free again: the ones given back
+    assert pool.take(9) == [0, 1, 2, 3]

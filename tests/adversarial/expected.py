@@ -103,6 +103,10 @@ EXPECTED: dict[str, Expected] = {
                                 old="CPU 9, GPU 14"),
     "honest_slow": _honest_slow("control: 16x16x16 tiles without tl.dot, Q1 and Q4 right",
                                 "nothing to defeat; about 0.16 of cuBLAS, above the floor", old="CPU 7, GPU 8"),
+    "honest_torch_compile": _honest_slow(
+        "HONEST: honest_slow plus a torch.compile comparison in an added cell (compiler caches in scratch)",
+        "compiler caches count against the scratch quota, not the printed-output limit",
+        old="output_limit, 0 (the sandbox's one limit, before the scratch quota)"),
     # measurement forged in the notebook's process (kernel: honest_slow)
     "metrics_file_fake_rows": _honest_slow(
         "bench rows of 1e9 GFLOP/s appended to $COURSE_METRICS_FILE (added cell)",
@@ -266,6 +270,9 @@ EXPECTED: dict[str, Expected] = {
         old="CPU 9, GPU 14"),
     # resource abuse (kernel: stub, no answers)
     "huge_output": _zero("10 MB printed twenty times", "output limit", status=("output_limit",), old="not run"),
+    "scratch_flood": _zero("1 GiB sparse files in TMPDIR, one every 0.1 s, nothing printed",
+                           "scratch quota, apparent size counted", status=("scratch_limit",),
+                           old="not run (output_limit since the sandbox, one limit for all)"),
     "infinite_loop": _zero("while True: pass in a cell", "time limit", status=("timeout",), old="not run"),
     "os_exit": _zero("os._exit(1) in a cell", "kernel death is a status", status=("kernel_died",), old="not run"),
     "host_memory_100g": _zero("100 GiB of host memory, every page touched", "memory limit",

@@ -44,7 +44,7 @@ from build import NOTEBOOK_KEY, apply, fixtures  # noqa: E402
 # Fixtures that must not run outside the sandbox, or whose attack needs Jupyter or the grader itself.
 REFUSED = {
     "ipython_custom_exc", "ipython_post_run_cell_clear", "detached_rewriter", "outlive_sleep",
-    "read_other_submissions", "network_exfiltrate", "huge_output", "infinite_loop", "os_exit",
+    "read_other_submissions", "network_exfiltrate", "huge_output", "scratch_flood", "infinite_loop", "os_exit",
     "host_memory_100g", "fork_bomb_capped",
 }
 POINTS = {"test_matmul_visible": 2, "test_matmul_hidden": 3, "perf_w1d7_matmul_fp32_floor": 1,
