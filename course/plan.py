@@ -317,26 +317,72 @@ def _check_descriptors(recording: _Recording | None, kernel: str, names: list[st
             raise RuntimeError(f"not launched: the tensor descriptor {name} of kernel {kernel} {problem}")
 
 
-def _record_interpreted(fn: Any, args: tuple, grid: Any) -> None:
-    """Add one interpreter launch (CPU): the kernel, grid and where each tensor argument points."""
+def _interpreted_constexprs(fn: Any) -> set[str]:
+    """The parameters the interpreter passes unconverted: those annotated ``tl.constexpr``."""
+    from triton.runtime.jit import _normalize_ty
+
+    return {name for name, ty in fn.__annotations__.items() if _normalize_ty(ty) == "constexpr"}
+
+
+def _record_interpreted(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+    """One interpreter launch (CPU) in the compiled launches' form, less what only a compiler knows: each
+    parameter's kind (``signature``), the constexprs, and each argument (where a tensor points, a scalar's
+    value). Returns the launch, its grid still to be filled in, or None after noting a problem."""
+    import inspect
+
+    import triton.language as tl
+    from triton.runtime.jit import mangle_type
+
     recording = _current()
-    arguments = []
-    for name, value in zip(fn.arg_names, args, strict=False):
-        if descriptors.is_descriptor(value):
-            entry, problem = _describe_descriptor(recording, value, name, fn.__name__)
+    kernel = fn.__name__
+    try:
+        bound = inspect.signature(fn.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in fn.arg_names})
+    except TypeError as error:
+        recording.problem(f"kernel {kernel} was called with arguments it does not take: {error}")
+        return None
+    bound.apply_defaults()
+    annotated = _interpreted_constexprs(fn.fn)
+    signature, constexprs, arguments = {}, [], []
+    for index, (name, value) in enumerate(bound.arguments.items()):
+        try:
+            kind = "constexpr" if name in annotated else mangle_type(value)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            kind = ""  # of no type Triton knows: refused below as a scalar
+        signature[name] = kind
+        if kind == "constexpr":
+            tagged = encode_value(value.value if isinstance(value, tl.constexpr) else value)
+            if tagged is None:
+                recording.problem(f"constexpr {name} of kernel {kernel} has type {type(value).__name__}")
+                return None
+            constexprs.append([[index], tagged])
+        elif descriptors.is_descriptor(value):
+            entry, problem = _describe_descriptor(recording, value, name, kernel)
             if entry is None:
                 recording.problem(problem)
-                return
+                return None
             arguments.append({"name": name, "descriptor": entry})
         elif isinstance(value, torch.Tensor):
             where = recording.locate(value.data_ptr())
             if where is None:
-                recording.problem(f"argument {name} of kernel {fn.__name__} points to memory that is neither "
+                recording.problem(f"argument {name} of kernel {kernel} points to memory that is neither "
                                   "an input nor allocated in the call")
-                return
+                return None
             arguments.append({"name": name, "pointer": where})
-    recording.launches.append({"kernel": fn.__name__, "interpreted": True, "arguments": arguments,
-                               "grid": [g for g in grid] if isinstance(grid, tuple | list) else "callable"})
+        else:
+            tagged = encode_value(value)
+            if tagged is None:
+                recording.problem(f"argument {name} of kernel {kernel} has type {type(value).__name__}")
+                return None
+            arguments.append({"name": name, "scalar": tagged})
+    launch = {"kernel": kernel, "interpreted": True, "signature": signature, "constexprs": constexprs,
+              "arguments": arguments, "grid": None}
+    recording.launches.append(launch)
+    return launch
+
+
+def _grid_of(grid: Any) -> list[int]:
+    """A grid as three plain ints (what the interpreter iterates over)."""
+    return [int(g) for g in (*grid, 1, 1)[:3]]
 
 
 _installed = False
@@ -387,8 +433,16 @@ def install() -> None:
         _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
         recording.in_launch += 1
         try:
-            _record_interpreted(self, args, grid)
-            return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+            launch = _record_interpreted(self, args, kwargs)
+            if launch is None:
+                return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+            def resolved(meta: dict[str, Any]) -> Any:  # the grid the interpreter runs, as the judge replays it
+                chosen = grid(meta) if callable(grid) else grid
+                launch["grid"] = _grid_of(chosen)
+                return chosen
+
+            return interpreted_run(self, *args, grid=resolved, warmup=warmup, **kwargs)
         finally:
             recording.in_launch -= 1
 
