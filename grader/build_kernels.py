@@ -159,8 +159,13 @@ def kernel_problem(definitions: Definitions, name: str) -> str | None:
     return None
 
 
-def kernel_definitions(cells: list[str], folder: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """Define the notebook's kernels in a fresh namespace; returns (name -> JITFunction, name -> why refused)."""
+def kernel_definitions(cells: list[str], folder: Path,
+                       interpret: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+    """Define the notebook's kernels in a fresh namespace; returns (name -> kernel, name -> why refused).
+
+    Each kernel is a JITFunction, or with ``interpret`` an InterpretedFunction (the CPU replay, ``grader.replay_cpu``).
+    """
+    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     definitions = read_definitions(cells)
@@ -177,8 +182,8 @@ def kernel_definitions(cells: list[str], folder: Path) -> tuple[dict[str, Any], 
     for name, options in definitions.jit_options.items():
         if name in definitions.refused or not callable(namespace.get(name)):
             continue
-        # Compiled, never interpreted: the builder serves the GPU judge whatever TRITON_INTERPRET says.
-        kernels[name] = JITFunction(namespace[name], **options)
+        # Chosen here, never by TRITON_INTERPRET: the builder serves the GPU judge whatever the environment says.
+        kernels[name] = (InterpretedFunction if interpret else JITFunction)(namespace[name], **options)
         namespace[name] = kernels[name]
     return kernels, definitions.refused
 

@@ -328,12 +328,6 @@ def judge_gpu(job: dict[str, Any]) -> dict[str, Any]:
     return verdict
 
 
-def _budget(inputs: tuple[Any, ...], output_shape: tuple[int, ...]) -> int:
-    """Bytes a plan may allocate: four times its inputs and an fp64 output, plus 64 MiB of scratch."""
-    tensors = [t for t in inputs if hasattr(t, "untyped_storage")]
-    return 4 * (sum(t.untyped_storage().nbytes() for t in tensors) + 8 * math.prod(output_shape)) + 64 * 2**20
-
-
 def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export: dict[str, Any],
                 kernels: Any, reference_export: dict[str, Any], reference_kernels: Any) -> dict[str, Any]:
     import torch
@@ -364,7 +358,8 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
         inputs = spec.make_inputs(shape, seed, "cuda")
         try:
             out_shape = tuple(output_shape(shape))
-            prepared = replay.prepare(plan, inputs, kernels_, spec.output_dtype, out_shape, _budget(inputs, out_shape))
+            prepared = replay.prepare(plan, inputs, kernels_, spec.output_dtype, out_shape,
+                                      replay.budget(inputs, out_shape))
             out = replay.launch(prepared)
             torch.cuda.synchronize()
         except (replay.Unreplayable, ValueError, KeyError, TypeError) as problem:
@@ -435,7 +430,7 @@ def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...],
 
     def make_args(i: int) -> tuple:
         inputs = spec.make_inputs(shape, seed + 11 + i, "cuda")
-        return (replay.prepare(plan, inputs, kernels, spec.output_dtype, out_shape, _budget(inputs, out_shape)),)
+        return (replay.prepare(plan, inputs, kernels, spec.output_dtype, out_shape, replay.budget(inputs, out_shape)),)
 
     def after(args: tuple, out: Any, i: int) -> None:
         # The check regenerates the inputs from the seed: a kernel that overwrote its inputs cannot pass it.
