@@ -2,7 +2,7 @@
 
 The grader appends one cell to the notebook it runs; that cell calls ``write(globals(), request)``.
 For each graded function named in the request it records the launch plan of one call per judged
-shape (``course.plan``); on a CPU it also keeps each output as a ``.npy`` file. The values of the
+shape (``course.plan``), which the judge replays (on a CPU: ``grader.replay_cpu``). The values of the
 answer variables the grader's test cells read are written as JSON (exact built-in types only:
 a subclass of ``int`` is reported as an unsupported type, never as an ``int``), arrays as ``.npy``.
 Nothing here is trusted by the grader: it is data for the judge to check.
@@ -89,15 +89,7 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
             except Exception:  # the recorded call reports the same failure
                 pass
         out, recorded = plan.record_call(fn, inputs)
-        entry: dict[str, Any] = {"plan": recorded, "seconds": time.perf_counter() - started}
-        if job.get("keep_outputs") and type(out) is torch.Tensor:
-            outputs.mkdir(parents=True, exist_ok=True)
-            path = outputs / f"{exercise.id}-{call['key']}.npy"
-            np.save(path, output_array(out), allow_pickle=False)
-            entry["output"] = path.name
-            if out.dtype == torch.bfloat16:
-                entry["output_dtype"] = BF16_BITS
-        calls[call["key"]] = entry
+        calls[call["key"]] = {"plan": recorded, "seconds": time.perf_counter() - started}
         del out, inputs
     return {"calls": calls}
 

@@ -1,9 +1,11 @@
 """Grade a class: sanitize, run in the sandbox, build, judge, score and record, resumably.
 
 Per notebook: sanitize (here) -> the notebook runs in the sandbox with the grader's recording cell
-appended (``grader.execute``) -> on a GPU its kernels are built from source in a fresh sandbox ->
-the judge (``grader.judge``: its own process on a GPU) replays the plans on secret inputs and runs
-the master test cells on the exported answers -> score (here) -> gradebook and
+appended (``grader.execute``) -> on a GPU its kernels are built from source in a fresh sandbox, on
+a CPU its plans are replayed on secret inputs through Triton's interpreter in a fresh sandbox
+(``grader.replay_cpu``) -> the judge (``grader.judge``: its own process on a GPU) replays the plans
+on secret inputs (GPU) or checks the replayed outputs (CPU), and runs the master test cells on the
+exported answers -> score (here) -> gradebook and
 ``results/<student id>/<assignment>/<notebook>.json`` (atomic). Only this process writes OUT.
 Every student folder yields a result for every notebook of the batch's assignments, graded or not
 (``grader.layout.find_submissions``); the student id is the folder name's safe form.
@@ -37,7 +39,7 @@ from sqlalchemy.exc import SAWarning
 from course import spec as specs
 from grader import GRADER_VERSION, gradebook, judge, results, sandbox, score
 from grader.dispatch import local_slots, run_local
-from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute
+from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
 from grader.layout import (
     SOLUTIONS,
     CourseNotebook,
@@ -177,17 +179,16 @@ def kernel_calls(notebook: CourseNotebook, settings: Settings, run_seed: int, st
 
 
 def _recording_request(jobs: list[dict[str, Any]], plan: Plan, device: str, scratch: Path) -> dict[str, Any]:
-    """What the sandbox records. On a GPU its inputs use public seeds: the judge's stay secret."""
+    """What the sandbox records. A kernel's inputs use public seeds: the judge's stay secret (it replays)."""
     recorded = []
     for job in jobs:
         # A host function's value is checked as returned, so it must see the judge's inputs.
-        secret = device == "gpu" and specs.get(job["spec"]).kind == "kernel"
+        secret = specs.get(job["spec"]).kind == "kernel"
         calls = [{"key": c["key"], "shape": c["shape"], "seed": i if secret else c["seed"]}
                  for i, c in enumerate(job["calls"])]
         # A warm-up call first (compiling and autotuning on a GPU): a function that keeps its output
         # between calls then returns memory the recorded call did not allocate, which cannot be replayed.
-        recorded.append({"spec": job["spec"], "calls": calls, "warmup": True,
-                         "keep_outputs": device == "cpu"})
+        recorded.append({"spec": job["spec"], "calls": calls, "warmup": True})
     return {"out": str(scratch / "export"), "device": "cuda" if device == "gpu" else "cpu",
             "answers": plan.answers, "kernels": recorded}
 
@@ -265,12 +266,18 @@ def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
         return {"error": "the judge ended without a verdict (see judge.log)"}
 
 
+def _replayed_on_cpu(spec: specs.ExerciseSpec) -> bool:
+    """Whether a CPU grading replays this spec's plans (a Triton kernel's; a host function's value is data, and
+    CUDA C waits for a GPU)."""
+    return spec.kind == "kernel" and spec.language != "cuda"
+
+
 def run_task(task: Task) -> Graded:
     """Run, build and judge one notebook; never raises for anything the notebook does."""
     task.run.mkdir(parents=True, exist_ok=True)
     for stale in ("executed.ipynb", "outcome.json", "verdict.json"):
         (task.run / stale).unlink(missing_ok=True)
-    for stale in ("export", "built"):
+    for stale in ("export", "built", "replayed"):
         shutil.rmtree(task.run / stale, ignore_errors=True)
     jobs = kernel_calls(task.plan.notebook, task.settings, task.run_seed, task.key, task.bench_only)
     scratch = sandbox.make_scratch()
@@ -285,18 +292,27 @@ def run_task(task: Task) -> Graded:
             outcome.timings["recording"] = recording
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if task.settings.device == "gpu":
-        fresh = sandbox.make_scratch("gpu-course-build-")
+    replay_error = None
+    replayed = [job for job in jobs if _replayed_on_cpu(specs.get(job["spec"]))]
+    if task.settings.device == "gpu" or replayed:
+        fresh = sandbox.make_scratch("gpu-course-build-" if task.settings.device == "gpu" else "gpu-course-replay-")
         try:
-            built = build(_job(task, fresh, task.run / "build.log"), task.run / "sanitized.ipynb",
-                          task.run / "export" / "export.json", gpu_target(), task.run / "built")
-            outcome.timings.update(built.timings)
+            if task.settings.device == "gpu":
+                done = build(_job(task, fresh, task.run / "build.log"), task.run / "sanitized.ipynb",
+                             task.run / "export" / "export.json", gpu_target(), task.run / "built")
+            else:  # the plans run again on the judge's inputs, in a sandbox holding only the kernels' source
+                done = replay_cpu(_job(task, fresh, task.run / "replay.log"), task.run / "sanitized.ipynb",
+                                  task.run / "export" / "export.json", replayed, task.run / "replayed",
+                                  task.settings.cell_timeout)
+                replay_error = done.message or None
+            outcome.timings.update(done.timings)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
     judge_job = {"device": task.settings.device, "export": str(task.run / "export"), "built": str(task.run / "built"),
                  "notebook": str(task.run / "sanitized.ipynb"),
                  "reference": task.reference, "run_seed": task.run_seed, "student": task.key, "kernels": jobs,
-                 "tests": task.plan.tests, "verdict": str(task.run / "verdict.json")}
+                 "tests": task.plan.tests, "verdict": str(task.run / "verdict.json"),
+                 "replayed": str(task.run / "replayed"), "replay_error": replay_error}
     verdict = _judge(task, judge_job)
     results.write_json_atomic(task.run / "verdict.json", verdict)
     for name, seconds in (verdict.get("seconds") or {}).items():
