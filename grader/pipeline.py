@@ -266,10 +266,21 @@ def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
         return {"error": "the judge ended without a verdict (see judge.log)"}
 
 
-def _replayed_on_cpu(spec: specs.ExerciseSpec) -> bool:
-    """Whether a CPU grading replays this spec's plans (a Triton kernel's; a host function's value is data, and
-    CUDA C waits for a GPU)."""
-    return spec.kind == "kernel" and spec.language != "cuda"
+def _cpu_replays(jobs: list[dict[str, Any]], exported: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls a CPU grading replays: Triton kernels' (a host function's value is data, CUDA C waits for a GPU)
+    whose plan has launches and no problem (the judge fails the others as recorded, with nothing to replay)."""
+    replays = []
+    kernels = exported.get("kernels") if isinstance(exported.get("kernels"), dict) else {}
+    for job in jobs:
+        spec = specs.get(job["spec"])
+        entry = kernels.get(spec.id)
+        calls = entry.get("calls") if isinstance(entry, dict) and isinstance(entry.get("calls"), dict) else {}
+        plans = {key: (call.get("plan") if isinstance(call, dict) else None) for key, call in calls.items()}
+        kept = [c for c in job["calls"] if isinstance(plans.get(c["key"]), dict) and plans[c["key"]].get("launches")
+                and not plans[c["key"]].get("problems")]
+        if spec.kind == "kernel" and spec.language != "cuda" and kept:
+            replays.append({"spec": spec.id, "calls": kept})
+    return replays
 
 
 def run_task(task: Task) -> Graded:
@@ -287,13 +298,14 @@ def run_task(task: Task) -> Graded:
         nbformat.write(with_recording_cell(task.notebook, scratch / "request.json"), str(scratch / "submission.ipynb"))
         outcome = execute(_job(task, scratch, task.run / "sandbox.log"))
         _keep(scratch, task.run)
-        recording = judge.read_export(task.run / "export").get("seconds")
+        exported = judge.read_export(task.run / "export")
+        recording = exported.get("seconds")
         if isinstance(recording, float):  # reported from inside the sandbox: shown, never used to score
             outcome.timings["recording"] = recording
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     replay_error = None
-    replayed = [job for job in jobs if _replayed_on_cpu(specs.get(job["spec"]))]
+    replayed = [] if task.settings.device == "gpu" else _cpu_replays(jobs, exported)
     if task.settings.device == "gpu" or replayed:
         fresh = sandbox.make_scratch("gpu-course-build-" if task.settings.device == "gpu" else "gpu-course-replay-")
         try:
