@@ -147,7 +147,8 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     replayed: dict[str, Any] = {}
     for job in request["kernels"]:
         spec = specs.get(job["spec"])
-        entry = (exported.get("kernels") or {}).get(spec.id) if isinstance(exported, dict) else None
+        kernels_of = exported.get("kernels") if isinstance(exported, dict) else None
+        entry = kernels_of.get(spec.id) if isinstance(kernels_of, dict) else None
         calls = entry.get("calls") if isinstance(entry, dict) and isinstance(entry.get("calls"), dict) else {}
         results = replayed.setdefault(spec.id, {})
         for call in job["calls"]:
