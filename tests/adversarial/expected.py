@@ -157,6 +157,15 @@ EXPECTED: dict[str, Expected] = {
                                      "the judge's tolerance", old="CPU 7, GPU 7"),
     "spec_rebound_no_shapes": _stub_two("notebook SPEC rebound to a copy with no shapes",
                                         "the judge's shapes", old="CPU 7, GPU 7"),
+    # the recording itself forged in the notebook's process (kernel: stub)
+    "rebind_record_call": _stub_two(
+        "course.plan.record_call rebound before the recording cell: a clean plan, the reference's output",
+        "no output of the notebook's process is judged: the plan is replayed on secret inputs (CPU: in a "
+        "fresh sandbox, through the interpreter), where the stub kernel raises", old="CPU 7 (before the CPU replay)"),
+    "post_run_cell_rewrites_export": _stub_two(
+        "post_run_cell hook rewrites export.json (clean plans) and the outputs after the recording cell",
+        "the judge replays the plans on secret inputs (CPU: in a fresh sandbox); no output the notebook "
+        "wrote is read", old="CPU 7 (before the CPU replay)"),
     # outputs not computed from the inputs
     "precomputed_public_seeds": _stub_two(
         "answers precomputed for the checks' public seeds, keyed by shape",
