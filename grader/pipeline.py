@@ -186,9 +186,11 @@ def _recording_request(jobs: list[dict[str, Any]], plan: Plan, device: str, scra
         secret = specs.get(job["spec"]).kind == "kernel"
         calls = [{"key": c["key"], "shape": c["shape"], "seed": i if secret else c["seed"]}
                  for i, c in enumerate(job["calls"])]
-        # A warm-up call first (compiling and autotuning on a GPU): a function that keeps its output
-        # between calls then returns memory the recorded call did not allocate, which cannot be replayed.
-        recorded.append({"spec": job["spec"], "calls": calls, "warmup": True})
+        # On a GPU a warm-up call first (compiling and autotuning): a function that keeps its output between
+        # calls then returns memory the recorded call did not allocate, which cannot be replayed. On a CPU the
+        # interpreter neither compiles nor tunes, and a first call's plan is replayed like any other: no warm-up
+        # (it would double the interpreter's time, which the replay spends again).
+        recorded.append({"spec": job["spec"], "calls": calls, "warmup": device == "gpu"})
     return {"out": str(scratch / "export"), "device": "cuda" if device == "gpu" else "cpu",
             "answers": plan.answers, "kernels": recorded}
 
