@@ -9,8 +9,8 @@ Rules the verdicts follow (DESIGN.md, "Untrusted submissions"):
   that calls a torch op other than allocation or views, a library, does host work, uses a second
   stream or returns memory no recorded kernel writes gets 0 with a reason, and so does a kernel that
   is not a top-level ``@triton.jit`` function of a cell or whose decorator or defaults are not plain.
-  On a CPU: the outputs the sandbox returns plus the recorded list of torch ops (same rules),
-  provisional, and performance pending (``None`` here).
+  On a CPU: the same replay on secret inputs, through Triton's interpreter in a fresh sandbox that
+  holds only the notebook's kernels (same rules), provisional, and performance pending (``None`` here).
 - Quiz items: the master test cells run in the judge on answers exported as JSON; a value whose type
   is a subclass of int, float or bool is "unsupported" and fails.
 - Tampered notebooks are graded from the master copy's cells, with a note (``tamper_note``); an
