@@ -1,4 +1,4 @@
-"""What leaves the sandbox after a graded run: launch plans, outputs and answers, as plain data.
+"""What leaves the sandbox after a graded run: launch plans and answers, as plain data.
 
 The grader appends one cell to the notebook it runs; that cell calls ``write(globals(), request)``.
 For each graded function named in the request it records the launch plan of one call per judged
@@ -66,7 +66,7 @@ def _call_host(fn: Any, inputs: tuple[Any, ...], arrays: Path, name: str) -> dic
         return {"error": f"the function raised {type(error).__name__}: {str(error)[:300]}"}
 
 
-def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, outputs: Path) -> dict[str, Any]:
+def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, arrays: Path) -> dict[str, Any]:
     exercise = spec.get(job["spec"])
     fn = namespace.get(exercise.function)
     if not callable(fn):
@@ -77,7 +77,7 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
         shape, started = tuple(call["shape"]), time.perf_counter()
         inputs = exercise.make_inputs(shape, int(call["seed"]), device)
         if exercise.kind == "host":
-            calls[call["key"]] = _call_host(fn, inputs, outputs.parent / "arrays", f"{exercise.id}-{call['key']}")
+            calls[call["key"]] = _call_host(fn, inputs, arrays, f"{exercise.id}-{call['key']}")
             calls[call["key"]]["seconds"] = time.perf_counter() - started
             continue
         if job.get("warmup"):
@@ -108,7 +108,7 @@ def write(namespace: dict[str, Any], request_path: str) -> None:
     device = request["device"]
     for job in request.get("kernels", []):
         try:
-            kernels[job["spec"]] = _record_kernel(namespace, job, device, out / "outputs")
+            kernels[job["spec"]] = _record_kernel(namespace, job, device, out / "arrays")
         except Exception as error:  # e.g. out of memory while making inputs: reported, not raised
             kernels[job["spec"]] = {"error": f"recording failed: {type(error).__name__}: {error}"[:500], "calls": {}}
     result = {"answers": answers, "kernels": kernels, "seconds": time.perf_counter() - began}
