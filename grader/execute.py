@@ -180,7 +180,8 @@ def replay_cpu(job: Job, notebook: Path, export: Path, kernels: list[dict[str, A
     ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.replay_cpu", str(fresh / "replay.json")], seconds)
     sandbox.copy_out(fresh / "replayed", destination)
     if ran.status != "ok":  # the kernels' doing (a kernel that never ends, a crash), or the sandbox's: said per call
-        why = f"ran past its {seconds:.0f} s limit" if ran.status == "timeout" else f"ended early ({ran.status})"
+        why = {"timeout": f"ran past its {seconds:.0f} s limit (a kernel that never ends?)",
+               "memory": "ran out of memory"}.get(ran.status, f"ended early ({ran.status}: a kernel that crashed it?)")
         return Outcome(results.GRADER_ERROR, f"the replay of the kernels in the interpreter {why}",
                        {"replay": ran.seconds})
     return Outcome(results.OK, "", {"replay": ran.seconds})

@@ -130,11 +130,7 @@ def _text(source: str | list[str]) -> str:
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """Replay every call of the request; writes each output into ``out/outputs``, returns what became of each."""
-    import numpy as np
-
-    from course import plan as plan_module
     from course import spec as specs
-    from course.export import BF16_BITS, output_array
     from grader import build_kernels
 
     out = Path(request["out"])
@@ -153,33 +149,40 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         results = replayed.setdefault(spec.id, {})
         for call in job["calls"]:
             recorded = calls.get(call["key"])
-            if not isinstance(recorded, dict):
-                continue  # the judge says why (nothing was recorded)
-            shape, seed = tuple(call["shape"]), int(call["seed"])
-            inputs = spec.make_inputs(shape, seed, "cpu")
-            try:
-                prepared, output = prepare(recorded.get("plan"), inputs, kernels, refused, spec.output_dtype,
-                                           tuple(spec.output_shape(shape)))
-            except (Unreplayable, ValueError, KeyError, TypeError, IndexError) as problem:
-                results[call["key"]] = {"error": f"not replayable: {problem}"[:600]}
-                continue
-            try:
-                replay(prepared)
-            except Exception as failure:  # the student's kernel failing in the interpreter
-                results[call["key"]] = {"error": f"the kernel failed in the interpreter: {type(failure).__name__}: "
-                                                 f"{str(failure)[:300]}"}
-                continue
-            changed = plan_module.changed_inputs(spec.make_inputs(shape, seed, "cpu"), inputs)
-            if changed:
-                results[call["key"]] = {"error": f"the call changed its input {changed[0]}: inputs are read-only"}
-                continue
-            name = f"{spec.id}-{call['key']}.npy"
-            np.save(out / "outputs" / name, output_array(output), allow_pickle=False)
-            results[call["key"]] = {"output": name, **({"output_dtype": BF16_BITS}
-                                                       if output.dtype == torch.bfloat16 else {})}
-            del prepared, output, inputs
-    (out / "replayed.json").write_text(json.dumps(replayed), encoding="utf-8")
+            if isinstance(recorded, dict):  # else the judge says why (nothing was recorded)
+                results[call["key"]] = _replay_call(spec, call, recorded.get("plan"), kernels, refused, out / "outputs")
+                # Written after every call: a kernel that crashes the interpreter later loses only the calls after it.
+                (out / "replayed.tmp").write_text(json.dumps(replayed), encoding="utf-8")
+                (out / "replayed.tmp").replace(out / "replayed.json")
     return replayed
+
+
+def _replay_call(spec: Any, call: dict[str, Any], plan: Any, kernels: dict[str, Any], refused: dict[str, str],
+                 outputs: Path) -> dict[str, Any]:
+    """One call replayed on the inputs of its (secret) seed: its output saved, or the reason there is none."""
+    import numpy as np
+
+    from course import plan as plan_module
+    from course.export import BF16_BITS, output_array
+
+    shape, seed = tuple(call["shape"]), int(call["seed"])
+    inputs = spec.make_inputs(shape, seed, "cpu")
+    try:
+        prepared, output = prepare(plan, inputs, kernels, refused, spec.output_dtype, tuple(spec.output_shape(shape)))
+    except Unreplayable as problem:
+        return {"error": f"not replayable: {problem}"[:600]}
+    except Exception as problem:  # untrusted plan data of an unforeseen shape: refused, never a crash of the replay
+        return {"error": f"not replayable: the plan is malformed ({type(problem).__name__}: {str(problem)[:200]})"}
+    try:
+        replay(prepared)
+    except Exception as failure:  # the student's kernel failing in the interpreter
+        return {"error": f"the kernel failed in the interpreter: {type(failure).__name__}: {str(failure)[:300]}"}
+    changed = plan_module.changed_inputs(spec.make_inputs(shape, seed, "cpu"), inputs)
+    if changed:
+        return {"error": f"the call changed its input {changed[0]}: inputs are read-only"}
+    name = f"{spec.id}-{call['key']}.npy"
+    np.save(outputs / name, output_array(output), allow_pickle=False)
+    return {"output": name, **({"output_dtype": BF16_BITS} if output.dtype == torch.bfloat16 else {})}
 
 
 def main(argv: list[str]) -> int:

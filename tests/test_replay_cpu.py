@@ -197,3 +197,14 @@ def test_a_replay_that_ended_early_says_so_for_each_call(tmp_path):
            "kernels": [{"spec": saxpy.id, "calls": calls, "bench_shapes": []}]}
     visible = judge.judge_cpu(job)["kernels"][saxpy.id]["sets"]["visible"]
     assert not visible["passed"] and "not replayed: the replay of the kernels" in visible["messages"][0]
+
+
+def test_a_plan_of_an_unforeseen_shape_is_refused_not_a_crash_of_the_replay(tmp_path):
+    kernels, refused = _kernels(tmp_path)
+    saxpy = specs.get("w1d4.saxpy")
+    odd = _scale_plan(100)
+    odd["inputs"] = plan.describe_inputs(saxpy.make_inputs((100, 1, 1), 3, "cpu"))
+    odd["launches"][0]["kernel"] = ["scale"]  # unhashable where a name belongs
+    call = {"key": "visible-0", "shape": [100, 1, 1], "seed": 3}
+    result = replay_cpu._replay_call(saxpy, call, odd, kernels, refused, tmp_path)
+    assert result["error"].startswith("not replayable: the plan is malformed (TypeError")
