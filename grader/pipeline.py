@@ -54,6 +54,7 @@ from grader.sanitize import sanitize
 
 JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
 RECORDING_CELL = "recording"
+REPLAY_START_SECONDS = 120.0  # a CPU replay's sandbox and imports, on a loaded machine
 
 
 class SandboxUnavailable(RuntimeError):
@@ -315,9 +316,10 @@ def run_task(task: Task) -> Graded:
                 done = build(_job(task, fresh, task.run / "build.log"), task.run / "sanitized.ipynb",
                              task.run / "export" / "export.json", gpu_target(), task.run / "built")
             else:  # the plans run again on the judge's inputs, in a sandbox holding only the kernels' source
+                # The recording cell ran the same launches within one cell's limit; the replay adds its start-up.
                 done = replay_cpu(_job(task, fresh, task.run / "replay.log"), task.run / "sanitized.ipynb",
                                   task.run / "export" / "export.json", replayed, task.run / "replayed",
-                                  task.settings.cell_timeout)
+                                  task.settings.cell_timeout + REPLAY_START_SECONDS)
                 replay_error = done.message or None
             outcome.timings.update(done.timings)
         finally:
