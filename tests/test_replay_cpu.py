@@ -208,3 +208,22 @@ def test_a_plan_of_an_unforeseen_shape_is_refused_not_a_crash_of_the_replay(tmp_
     call = {"key": "visible-0", "shape": [100, 1, 1], "seed": 3}
     result = replay_cpu._replay_call(saxpy, call, odd, kernels, refused, tmp_path)
     assert result["error"].startswith("not replayable: the plan is malformed (TypeError")
+
+
+def test_a_cpu_grading_replays_only_triton_kernels_calls_with_a_clean_plan():
+    from grader.pipeline import _cpu_replays
+
+    def calls(*keys):
+        return [{"key": key, "set": "visible", "shape": [8, 1, 1], "seed": 1} for key in keys]
+
+    jobs = [{"spec": "w1d1.median_time_ms", "calls": calls("visible-0")},  # a host function: its value is data
+            {"spec": "w2d3.transpose_padded", "calls": calls("visible-0")},  # CUDA C: pending a GPU
+            {"spec": "w1d4.saxpy", "calls": calls("visible-0", "visible-1", "visible-2", "visible-3")}]
+    clean = {"launches": [{"kernel": "k"}], "problems": []}
+    exported = {"kernels": {spec: {"calls": {"visible-0": {"plan": clean}}} for spec in
+                            ("w1d1.median_time_ms", "w2d3.transpose_padded")}}
+    exported["kernels"]["w1d4.saxpy"] = {"calls": {
+        "visible-0": {"plan": clean}, "visible-1": {"plan": {**clean, "problems": ["aten.mm"]}},
+        "visible-2": {"plan": {"launches": [], "problems": []}}}}  # visible-3: not recorded
+    assert _cpu_replays(jobs, exported) == [{"spec": "w1d4.saxpy", "calls": calls("visible-0")}]
+    assert _cpu_replays(jobs, {"kernels": ["not", "a", "dict"]}) == []
