@@ -276,12 +276,14 @@ def _cpu_replays(jobs: list[dict[str, Any]], exported: dict[str, Any]) -> list[d
     kernels = exported.get("kernels") if isinstance(exported.get("kernels"), dict) else {}
     for job in jobs:
         spec = specs.get(job["spec"])
+        if spec.kind != "kernel" or spec.language == "cuda":
+            continue
         entry = kernels.get(spec.id)
         calls = entry.get("calls") if isinstance(entry, dict) and isinstance(entry.get("calls"), dict) else {}
         plans = {key: (call.get("plan") if isinstance(call, dict) else None) for key, call in calls.items()}
         kept = [c for c in job["calls"] if isinstance(plans.get(c["key"]), dict) and plans[c["key"]].get("launches")
                 and not plans[c["key"]].get("problems")]
-        if spec.kind == "kernel" and spec.language != "cuda" and kept:
+        if kept:
             replays.append({"spec": spec.id, "calls": kept})
     return replays
 
