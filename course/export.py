@@ -1,8 +1,8 @@
-"""What leaves the sandbox after a graded run: launch plans, outputs and answers, as plain data.
+"""What leaves the sandbox after a graded run: launch plans and answers, as plain data.
 
 The grader appends one cell to the notebook it runs; that cell calls ``write(globals(), request)``.
 For each graded function named in the request it records the launch plan of one call per judged
-shape (``course.plan``); on a CPU it also keeps each output as a ``.npy`` file. The values of the
+shape (``course.plan``), which the judge replays (on a CPU: ``grader.replay_cpu``). The values of the
 answer variables the grader's test cells read are written as JSON (exact built-in types only:
 a subclass of ``int`` is reported as an unsupported type, never as an ``int``), arrays as ``.npy``.
 Each answer and each graded function is encoded on its own: one that cannot be encoded becomes an
@@ -73,7 +73,7 @@ def _call_host(fn: Any, inputs: tuple[Any, ...], arrays: Path, name: str) -> dic
         return {"error": f"the function raised {type(error).__name__}: {str(error)[:300]}"}
 
 
-def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, outputs: Path) -> dict[str, Any]:
+def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, arrays: Path) -> dict[str, Any]:
     exercise = spec.get(job["spec"])
     fn = namespace.get(exercise.function)
     if not callable(fn):
@@ -84,7 +84,7 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
         shape, started = tuple(call["shape"]), time.perf_counter()
         inputs = exercise.make_inputs(shape, int(call["seed"]), device)
         if exercise.kind == "host":
-            calls[call["key"]] = _call_host(fn, inputs, outputs.parent / "arrays", f"{exercise.id}-{call['key']}")
+            calls[call["key"]] = _call_host(fn, inputs, arrays, f"{exercise.id}-{call['key']}")
             calls[call["key"]]["seconds"] = time.perf_counter() - started
             continue
         if job.get("warmup"):
@@ -96,15 +96,7 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
             except Exception:  # the recorded call reports the same failure
                 pass
         out, recorded = plan.record_call(fn, inputs)
-        entry: dict[str, Any] = {"plan": recorded, "seconds": time.perf_counter() - started}
-        if job.get("keep_outputs") and type(out) is torch.Tensor:
-            outputs.mkdir(parents=True, exist_ok=True)
-            path = outputs / f"{exercise.id}-{call['key']}.npy"
-            np.save(path, output_array(out), allow_pickle=False)
-            entry["output"] = path.name
-            if out.dtype == torch.bfloat16:
-                entry["output_dtype"] = BF16_BITS
-        calls[call["key"]] = entry
+        calls[call["key"]] = {"plan": recorded, "seconds": time.perf_counter() - started}
         del out, inputs
     return {"calls": calls}
 
@@ -135,7 +127,7 @@ def write(namespace: dict[str, Any], request_path: str) -> None:
     device = request["device"]
     for job in request.get("kernels", []):
         try:
-            recorded = _record_kernel(namespace, job, device, out / "outputs")
+            recorded = _record_kernel(namespace, job, device, out / "arrays")
         except Exception as error:  # e.g. out of memory while making inputs: reported, not raised
             recorded = {"error": f"recording failed: {type(error).__name__}: {error}"[:500], "calls": {}}
             failures.append(recorded["error"])

@@ -319,66 +319,77 @@ def _check_descriptors(recording: _Recording | None, kernel: str, names: list[st
 
 # Where a CPU run's kernels are compiled for checks on the compiled form (grader.ir_rules): a nominal Hopper GPU.
 NOMINAL_TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32}
-_SIGNATURE_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64",
-                     torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64", torch.uint8: "u8",
-                     torch.bool: "i1"}
 
 
-def nominal_specialisation(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """What a compiled launch of the same call would record (signature, constexprs, options) for
-    ``NOMINAL_TARGET``, from an interpreted launch; {} when an argument has no such form (a tensor descriptor)."""
+def _interpreted_constexprs(fn: Any) -> set[str]:
+    """The parameters the interpreter passes unconverted: those annotated ``tl.constexpr``."""
+    from triton.runtime.jit import _normalize_ty
+
+    return {name for name, ty in fn.__annotations__.items() if _normalize_ty(ty) == "constexpr"}
+
+
+def _record_interpreted(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+    """One interpreter launch (CPU) in the compiled launches' form, less what only a compiler knows: each
+    parameter's kind (``signature``), the constexprs, and each argument (where a tensor points, a scalar's
+    value). Returns the launch, its grid still to be filled in, or None after noting a problem."""
     import inspect
 
-    try:
-        parameters = inspect.signature(fn.fn).parameters
-        bound = inspect.signature(fn.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in parameters})
-    except (TypeError, ValueError):
-        return {}
-    bound.apply_defaults()
-    signature, constexprs = {}, []
-    for i, (name, value) in enumerate(bound.arguments.items()):
-        if "constexpr" in str(parameters[name].annotation) or value is None:
-            tagged = encode_value(value)
-            if tagged is None:
-                return {}
-            signature[name] = "constexpr"
-            constexprs.append([[i], tagged])
-        elif isinstance(value, torch.Tensor) and value.dtype in _SIGNATURE_DTYPES:
-            signature[name] = "*" + _SIGNATURE_DTYPES[value.dtype]
-        elif type(value) is bool:
-            signature[name] = "i1"
-        elif type(value) is int:
-            signature[name] = "i32" if -2**31 <= value < 2**31 else "i64"
-        elif type(value) is float:
-            signature[name] = "fp32"
-        else:
-            return {}
-    options = {k: kwargs[k] for k in ("num_warps", "num_stages") if type(kwargs.get(k)) is int}
-    return {"signature": signature, "constexprs": constexprs, "attrs": [], "options": options,
-            "target": dict(NOMINAL_TARGET)}
+    import triton.language as tl
+    from triton.runtime.jit import mangle_type
 
-
-def _record_interpreted(fn: Any, args: tuple, grid: Any, kwargs: dict) -> None:
-    """Add one interpreter launch (CPU): the kernel, grid and where each tensor argument points."""
     recording = _current()
-    arguments = []
-    for name, value in zip(fn.arg_names, args, strict=False):
-        if descriptors.is_descriptor(value):
-            entry, problem = _describe_descriptor(recording, value, name, fn.__name__)
+    kernel = fn.__name__
+    try:
+        bound = inspect.signature(fn.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in fn.arg_names})
+    except TypeError as error:
+        recording.problem(f"kernel {kernel} was called with arguments it does not take: {error}")
+        return None
+    bound.apply_defaults()
+    annotated = _interpreted_constexprs(fn.fn)
+    signature, constexprs, arguments = {}, [], []
+    for index, (name, value) in enumerate(bound.arguments.items()):
+        try:
+            kind = "constexpr" if name in annotated else mangle_type(value)
+        except (TypeError, ValueError, KeyError, AttributeError):
+            kind = ""  # of no type Triton knows: refused below as a scalar
+        signature[name] = kind
+        if kind == "constexpr":
+            tagged = encode_value(value.value if isinstance(value, tl.constexpr) else value)
+            if tagged is None:
+                recording.problem(f"constexpr {name} of kernel {kernel} has type {type(value).__name__}")
+                return None
+            constexprs.append([[index], tagged])
+        elif descriptors.is_descriptor(value):
+            entry, problem = _describe_descriptor(recording, value, name, kernel)
             if entry is None:
                 recording.problem(problem)
-                return
+                return None
             arguments.append({"name": name, "descriptor": entry})
         elif isinstance(value, torch.Tensor):
             where = recording.locate(value.data_ptr())
             if where is None:
-                recording.problem(f"argument {name} of kernel {fn.__name__} points to memory that is neither "
+                recording.problem(f"argument {name} of kernel {kernel} points to memory that is neither "
                                   "an input nor allocated in the call")
-                return
+                return None
             arguments.append({"name": name, "pointer": where})
-    recording.launches.append({"kernel": fn.__name__, "interpreted": True, "arguments": arguments,
-                               "grid": [g for g in grid] if isinstance(grid, tuple | list) else "callable",
-                               **nominal_specialisation(fn, args, kwargs)})
+        else:
+            tagged = encode_value(value)
+            if tagged is None:
+                recording.problem(f"argument {name} of kernel {kernel} has type {type(value).__name__}")
+                return None
+            arguments.append({"name": name, "scalar": tagged})
+    # attrs, options and target: what a compiled launch of the same call would record for NOMINAL_TARGET, so
+    # the builder can compile it there (no divisibility is assumed).
+    options = {k: kwargs[k] for k in ("num_warps", "num_stages") if type(kwargs.get(k)) is int}
+    launch = {"kernel": kernel, "interpreted": True, "signature": signature, "constexprs": constexprs,
+              "attrs": [], "options": options, "target": dict(NOMINAL_TARGET), "arguments": arguments, "grid": None}
+    recording.launches.append(launch)
+    return launch
+
+
+def _grid_of(grid: Any) -> list[int]:
+    """A grid as three plain ints (what the interpreter iterates over)."""
+    return [int(g) for g in (*grid, 1, 1)[:3]]
 
 
 _installed = False
@@ -429,8 +440,16 @@ def install() -> None:
         _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
         recording.in_launch += 1
         try:
-            _record_interpreted(self, args, grid, kwargs)
-            return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+            launch = _record_interpreted(self, args, kwargs)
+            if launch is None:
+                return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+            def resolved(meta: dict[str, Any]) -> Any:  # the grid the interpreter runs, as the judge replays it
+                chosen = grid(meta) if callable(grid) else grid
+                launch["grid"] = _grid_of(chosen)
+                return chosen
+
+            return interpreted_run(self, *args, grid=resolved, warmup=warmup, **kwargs)
         finally:
             recording.in_launch -= 1
 

@@ -256,12 +256,15 @@ def not_a_kernel(name: str) -> str:
     return f"kernel {name} is not a top-level @triton.jit function of the notebook (or triton.jit(...) of one)"
 
 
-def kernel_definitions(cells: list[str], folder: Path) -> tuple[dict[str, Any], dict[str, str]]:
-    """Define the notebook's vetted kernels in a fresh namespace; returns (name -> JITFunction, name -> why refused).
+def kernel_definitions(cells: list[str], folder: Path,
+                       interpret: bool = False) -> tuple[dict[str, Any], dict[str, str]]:
+    """Define the notebook's vetted kernels in a fresh namespace; returns (name -> kernel, name -> why refused).
 
     Only the vetted kernels' ``def`` statements run (their defaults are literals and their annotations Triton
-    types); constants are given their values as read from the syntax.
+    types); constants are given their values as read from the syntax. Each kernel is a JITFunction, or with
+    ``interpret`` an InterpretedFunction (the CPU replay, ``grader.replay_cpu``).
     """
+    from triton.runtime.interpreter import InterpretedFunction
     from triton.runtime.jit import JITFunction
 
     definitions = read_definitions(cells)
@@ -281,8 +284,9 @@ def kernel_definitions(cells: list[str], folder: Path) -> tuple[dict[str, Any], 
         exec(compile(path.read_text(encoding="utf-8"), str(path), "exec"), namespace)
     kernels = {}
     for name in sorted(accepted):
-        # Compiled, never interpreted: the builder serves the GPU judge whatever TRITON_INTERPRET says.
-        kernels[name] = JITFunction(namespace[name], **definitions.jit_options[name])
+        # Chosen here, never by TRITON_INTERPRET: the builder serves the GPU judge whatever the environment says.
+        kernels[name] = (InterpretedFunction if interpret else JITFunction)(namespace[name],
+                                                                            **definitions.jit_options[name])
     for bound, name in definitions.kernel_names.items():
         if name in kernels:
             namespace[bound] = kernels[name]

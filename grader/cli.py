@@ -56,7 +56,7 @@ class _Progress:
         if self.bar.total != total:
             self.bar.total = total
         self.bar.update(done - self.bar.n)
-        seconds = sum(result.timings.get(phase, 0.0) for phase in ("notebook", "build", "judge"))
+        seconds = sum(result.timings.get(phase, 0.0) for phase in ("notebook", "build", "replay", "judge"))
         self.bar.write(f"{done}/{total} {result.student}/{result.assignment}/{result.notebook}: {result.status} "
                        f"({seconds:.0f} s; about {self.eta(done, total)} left)", file=self.stream)
         self.stream.flush()

@@ -1,12 +1,13 @@
-"""Run one sanitized notebook in the sandbox, then (on a GPU) build its kernels in a fresh one.
+"""Run one sanitized notebook in the sandbox, then build (GPU) or replay (CPU) its kernels in a fresh one.
 
 ``execute(job)`` starts ``python -m grader.execute JOB.json`` inside ``grader.sandbox`` with a
 scrubbed environment and a scratch directory as its only writable place. In there, papermill runs
 the notebook (the grader's recording cell last), with a per-cell limit and errors allowed, saving
 after each cell. What comes back is data: the executed notebook (shown to the student, never
-scored), ``export/`` (plans, outputs, answers) and an outcome whose status the sandbox's own
+scored), ``export/`` (plans, answers) and an outcome whose status the sandbox's own
 verdict (timeout, memory, output) overrides. ``build(job)`` then compiles the notebook's kernels
-from its source in a second, fresh sandbox, so nothing the run left behind can reach the build.
+from its source in a second, fresh sandbox, so nothing the run left behind can reach the build; on
+a CPU, ``replay_cpu(job)`` runs the recorded plans there through Triton's interpreter instead.
 """
 
 from __future__ import annotations
@@ -158,17 +159,21 @@ def execute(job: Job) -> Outcome:
     return Outcome(status, message, timings)
 
 
-def build(job: Job, notebook: Path, export: Path, target: dict[str, Any], destination: Path) -> Outcome:
-    """Compile the notebook's kernels in a fresh sandbox; the index lands in ``destination``."""
-    fresh = Path(job.workdir)
+def _stage(fresh: Path, notebook: Path, export: Path) -> dict[str, str]:
+    """Copy the sanitized notebook and the run's export into a fresh sandbox's scratch: all it will see."""
     (fresh / "in").mkdir(parents=True, exist_ok=True)
     shutil.copy(notebook, fresh / "in" / "notebook.ipynb")
     if export.exists():
         shutil.copy(export, fresh / "in" / "export.json")
     else:
         (fresh / "in" / "export.json").write_text("{}", encoding="utf-8")
-    request = {"notebook": str(fresh / "in" / "notebook.ipynb"), "export": str(fresh / "in" / "export.json"),
-               "target": target, "out": str(fresh / "built")}
+    return {"notebook": str(fresh / "in" / "notebook.ipynb"), "export": str(fresh / "in" / "export.json")}
+
+
+def build(job: Job, notebook: Path, export: Path, target: dict[str, Any], destination: Path) -> Outcome:
+    """Compile the notebook's kernels in a fresh sandbox; the index lands in ``destination``."""
+    fresh = Path(job.workdir)
+    request = {**_stage(fresh, notebook, export), "target": target, "out": str(fresh / "built")}
     (fresh / "build.json").write_text(json.dumps(request), encoding="utf-8")
     ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.build_kernels", str(fresh / "build.json")], 600.0,
                      gpu=False)
@@ -177,6 +182,23 @@ def build(job: Job, notebook: Path, export: Path, target: dict[str, Any], destin
         return Outcome(results.GRADER_ERROR, f"building the kernels failed ({ran.status}): {_log_tail(job)}",
                        {"build": ran.seconds})
     return Outcome(results.OK, "", {"build": ran.seconds})
+
+
+def replay_cpu(job: Job, notebook: Path, export: Path, kernels: list[dict[str, Any]], destination: Path,
+               seconds: float) -> Outcome:
+    """Replay the recorded plans on the judge's inputs (``kernels``: specs and calls, secret seeds) through
+    Triton's interpreter in a fresh sandbox (``grader.replay_cpu``); the outputs land in ``destination``."""
+    fresh = Path(job.workdir)
+    request = {**_stage(fresh, notebook, export), "kernels": kernels, "out": str(fresh / "replayed")}
+    (fresh / "replay.json").write_text(json.dumps(request), encoding="utf-8")
+    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.replay_cpu", str(fresh / "replay.json")], seconds)
+    sandbox.copy_out(fresh / "replayed", destination)
+    if ran.status != "ok":  # the kernels' doing (a kernel that never ends, a crash), or the sandbox's: said per call
+        why = {"timeout": f"ran past its {seconds:.0f} s limit (a kernel that never ends?)",
+               "memory": "ran out of memory"}.get(ran.status, f"ended early ({ran.status}: a kernel that crashed it?)")
+        return Outcome(results.GRADER_ERROR, f"the replay of the kernels in the interpreter {why}",
+                       {"replay": ran.seconds})
+    return Outcome(results.OK, "", {"replay": ran.seconds})
 
 
 def _cuda_failure(nb: Any) -> str | None:

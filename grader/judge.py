@@ -1,14 +1,16 @@
 """The judge: every verdict of a notebook, computed where none of the student's Python runs.
 
-Inputs are what the sandboxed run exported (launch plans, outputs on a CPU, answers as JSON) and
-what the course built from the notebook's kernel source. On a GPU the judge replays each graded
+Inputs are what the sandboxed run exported (launch plans, answers as JSON) and what the course
+built (GPU) or replayed (CPU) from the notebook's kernel source. On a GPU the judge replays each graded
 function's plan on inputs drawn from a secret seed, checks every output against the reference
 computed afterwards (from the seed, not from buffers the kernel could have touched), and times
 the student's plan, cuBLAS and the reference solution's plan one after another for each
-benchmark shape, in this one process. On a CPU there is no replay: the outputs the sandbox
-returned are compared with the reference, and those verdicts are provisional. The master copies
-of the other test cells run here against the exported answers, first, before any replay; an
-answer the grader cannot take fails only the items that read it ("unsupported answer: ...").
+benchmark shape, in this one process. On a CPU the plans were replayed on inputs from the secret
+seeds through Triton's interpreter, in a sandbox holding only the notebook's kernels
+(``grader.replay_cpu``); their outputs are compared here with the reference, and those verdicts
+are provisional: precision and speed are not measured. The master copies of the other test cells
+run here against the exported answers, first, before any replay; an answer the grader cannot take
+fails only the items that read it ("unsupported answer: ...").
 
 ``python -m grader.judge JOB.json`` runs one job (a GPU judge runs in its own process, since a
 student's kernel can break its CUDA context, under ``grader.watchdog``: it announces each replay
@@ -327,10 +329,22 @@ def divergence_notes(spec: Any, calls: dict[str, Any], definitions: build_kernel
             f"on a GPU {d.rule.gpu}" for d in found]
 
 
-def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
+def read_replayed(folder: Path) -> dict[str, Any]:
+    """What the CPU replay (``grader.replay_cpu``) returned: spec id -> call key -> its output file or an error."""
+    path = folder / "replayed.json"
+    if not path.is_file() or path.stat().st_size > 2**20:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, replayed: Any, outputs: Path,
                definitions: build_kernels.Definitions,
                built: tuple[dict[str, str], dict[str, str]] | None = None) -> tuple[bool, str]:
-    """Provisional: the output the sandbox returned against the reference for the same seed."""
+    """Provisional: the output of the plan's replay on the judge's inputs against the reference for their seed."""
     import torch
 
     from course.check import compare
@@ -354,12 +368,16 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, outputs: Path,
         banned = ir_rules.plan_problem(plan, *built, spec.forbidden_calls)
     if banned:
         return False, f"{label}: {banned}"
-    name = recorded.get("output")
+    if not isinstance(replayed, dict):
+        return False, f"{label}: not replayed"
+    if replayed.get("error"):
+        return False, f"{label}: {str(replayed['error'])[:600]}"
+    name = replayed.get("output")
     path = outputs / Path(str(name)).name if name else None
     if path is None or not path.is_file():
-        return False, f"{label}: no output was returned"
+        return False, f"{label}: the replay returned no output"
     out = torch.from_numpy(np.load(path, allow_pickle=False))
-    if recorded.get("output_dtype") == BF16_BITS:  # NumPy has no bf16: the export kept its bits
+    if replayed.get("output_dtype") == BF16_BITS:  # NumPy has no bf16: the replay kept its bits
         if out.dtype != torch.int16:
             return False, f"{label}: the output's bf16 bits are malformed"
         out = out.view(torch.bfloat16)
@@ -413,6 +431,7 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
     from course import spec as specs
 
     export = read_export(Path(job["export"]))
+    replayed = read_replayed(Path(job["replayed"]))
     definitions = _read_definitions(job["notebook"])
     kernels = {}
     for spec_job in job["kernels"]:
@@ -429,14 +448,17 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
         calls, error = _calls_of(export, spec.id)
         allowed = _allowed(spec, _notebook_cells(job["notebook"])) if spec.kernel_cells else None
         built = ir_rules.read_built(Path(job["built"])) if spec.forbidden_calls else None
+        results_of = replayed.get(spec.id) if isinstance(replayed.get(spec.id), dict) else {}
         sets: dict[str, Any] = {}
         for call in spec_job["calls"]:
             verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": True})
             if error or call["key"] not in calls:
                 passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {error or 'not recorded'}"
             else:
-                passed, message = _cpu_check(spec, call, calls[call["key"]], Path(job["export"]) / "outputs",
-                                             definitions, built)
+                result = results_of.get(call["key"], {"error": f"not replayed: {job['replay_error']}"}
+                                        if job.get("replay_error") else None)
+                passed, message = _cpu_check(spec, call, calls[call["key"]], result,
+                                             Path(job["replayed"]) / "outputs", definitions, built)
                 foreign = passed and allowed and provenance.foreign_launch(calls[call["key"]].get("plan"), allowed)
                 if foreign:
                     passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {foreign}"
@@ -496,12 +518,6 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
     return verdict
 
 
-def _budget(inputs: tuple[Any, ...], output_shape: tuple[int, ...]) -> int:
-    """Bytes a plan may allocate: four times its inputs and an fp64 output, plus 64 MiB of scratch."""
-    tensors = [t for t in inputs if hasattr(t, "untyped_storage")]
-    return 4 * (sum(t.untyped_storage().nbytes() for t in tensors) + 8 * math.prod(output_shape)) + 64 * 2**20
-
-
 def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export: dict[str, Any],
                 kernels: Any, reference_export: dict[str, Any], reference_kernels: Any) -> dict[str, Any]:
     import torch
@@ -536,7 +552,7 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
             out_shape = tuple(output_shape(shape))
             with WATCH.running(spec.id, f"its replay at {label}", replay_limit(job, spec, shape)):
                 prepared = replay.prepare(plan, inputs, kernels_, spec.output_dtype, out_shape,
-                                          _budget(inputs, out_shape))
+                                          replay.budget(inputs, out_shape))
                 out = replay.launch(prepared)
                 torch.cuda.synchronize()
         except (replay.Unreplayable, ValueError, KeyError, TypeError) as problem:
@@ -611,7 +627,7 @@ def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...], seed:
     def make_args(i: int) -> tuple:
         WATCH.step(spec.id, f"timing at {spec.shape_label(shape)}", limit)
         inputs = spec.make_inputs(shape, seed + 11 + i, "cuda")
-        return (replay.prepare(plan, inputs, kernels, spec.output_dtype, out_shape, _budget(inputs, out_shape)),)
+        return (replay.prepare(plan, inputs, kernels, spec.output_dtype, out_shape, replay.budget(inputs, out_shape)),)
 
     def after(args: tuple, out: Any, i: int) -> None:
         # The check regenerates the inputs from the seed: a kernel that overwrote its inputs cannot pass it.

@@ -1,12 +1,15 @@
 """Grade a class: sanitize, run in the sandbox, build, judge, score and record, resumably.
 
 Per notebook: sanitize (here) -> the notebook runs in the sandbox with the grader's recording cell
-appended (``grader.execute``) -> on a GPU its kernels are built from source in a fresh sandbox ->
+appended (``grader.execute``) -> on a GPU its kernels are built from source in a fresh sandbox; on
+a CPU its plans are replayed on secret inputs through Triton's interpreter in a fresh sandbox
+(``grader.replay_cpu``), and kernels of an exercise that bans a call are built for a nominal GPU ->
 the judge (``grader.judge``: on a GPU its own process, under ``grader.watchdog``) runs the master
-test cells on the exported answers, then replays the plans on secret inputs -> score (here) ->
-gradebook and ``results/<student id>/<assignment>/<notebook>.json`` (atomic). Only this process
-writes OUT. Every student folder yields a result for every notebook of the batch's assignments,
-graded or not (``grader.layout.find_submissions``); the student id is the folder name's safe form.
+test cells on the exported answers, then replays the plans on secret inputs (GPU) or checks the
+replayed outputs (CPU) -> score (here) -> gradebook and
+``results/<student id>/<assignment>/<notebook>.json`` (atomic). Only this process writes OUT.
+Every student folder yields a result for every notebook of the batch's assignments, graded or not
+(``grader.layout.find_submissions``); the student id is the folder name's safe form.
 A judge or build that fails is the grader's fault: ``grader_error``, never a student's zero.
 A result whose submission, grader version and device are unchanged is kept on a re-run (unless it
 is a grader_error); ``force`` grades everything again. On a GPU, the reference solution of each
@@ -39,7 +42,7 @@ from course import spec as specs
 from course.plan import NOMINAL_TARGET
 from grader import GRADER_VERSION, gpu_nodes, gradebook, judge, results, sandbox, score, watchdog
 from grader.dispatch import local_slots, run_local
-from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute
+from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
 from grader.layout import (
     REPO,
     SOLUTIONS,
@@ -56,6 +59,7 @@ from grader.sanitize import sanitize
 JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
 RECORDING_CELL = "recording"
 JUDGE_MODULE = "grader.judge"
+REPLAY_START_SECONDS = 120.0  # a CPU replay's sandbox and imports, on a loaded machine
 
 
 class SandboxUnavailable(RuntimeError):
@@ -188,17 +192,18 @@ def kernel_calls(notebook: CourseNotebook, settings: Settings, run_seed: int, st
 
 
 def _recording_request(jobs: list[dict[str, Any]], plan: Plan, device: str, scratch: Path) -> dict[str, Any]:
-    """What the sandbox records. On a GPU its inputs use public seeds: the judge's stay secret."""
+    """What the sandbox records. A kernel's inputs use public seeds: the judge's stay secret (it replays)."""
     recorded = []
     for job in jobs:
         # A host function's value is checked as returned, so it must see the judge's inputs.
-        secret = device == "gpu" and specs.get(job["spec"]).kind == "kernel"
+        secret = specs.get(job["spec"]).kind == "kernel"
         calls = [{"key": c["key"], "shape": c["shape"], "seed": i if secret else c["seed"]}
                  for i, c in enumerate(job["calls"])]
-        # A warm-up call first (compiling and autotuning on a GPU): a function that keeps its output
-        # between calls then returns memory the recorded call did not allocate, which cannot be replayed.
-        recorded.append({"spec": job["spec"], "calls": calls, "warmup": True,
-                         "keep_outputs": device == "cpu"})
+        # On a GPU a warm-up call first (compiling and autotuning): a function that keeps its output between
+        # calls then returns memory the recorded call did not allocate, which cannot be replayed. On a CPU the
+        # interpreter neither compiles nor tunes, and a first call's plan is replayed like any other: no warm-up
+        # (it would double the interpreter's time, which the replay spends again).
+        recorded.append({"spec": job["spec"], "calls": calls, "warmup": device == "gpu"})
     return {"out": str(scratch / "export"), "device": "cuda" if device == "gpu" else "cpu",
             "answers": plan.answers, "kernels": recorded}
 
@@ -300,12 +305,31 @@ def _grader_fault(outcome: Outcome, problem: str) -> Outcome:
     return Outcome(results.GRADER_ERROR, f"a grader fault, not the notebook's: {problem}{ran}", outcome.timings)
 
 
+def _cpu_replays(jobs: list[dict[str, Any]], exported: dict[str, Any]) -> list[dict[str, Any]]:
+    """The calls a CPU grading replays: Triton kernels' (a host function's value is data, CUDA C waits for a GPU)
+    whose plan has launches and no problem (the judge fails the others as recorded, with nothing to replay)."""
+    replays = []
+    kernels = exported.get("kernels") if isinstance(exported.get("kernels"), dict) else {}
+    for job in jobs:
+        spec = specs.get(job["spec"])
+        if spec.kind != "kernel" or spec.language == "cuda":
+            continue
+        entry = kernels.get(spec.id)
+        calls = entry.get("calls") if isinstance(entry, dict) and isinstance(entry.get("calls"), dict) else {}
+        plans = {key: (call.get("plan") if isinstance(call, dict) else None) for key, call in calls.items()}
+        kept = [c for c in job["calls"] if isinstance(plans.get(c["key"]), dict) and plans[c["key"]].get("launches")
+                and not plans[c["key"]].get("problems")]
+        if kept:
+            replays.append({"spec": spec.id, "calls": kept})
+    return replays
+
+
 def run_task(task: Task) -> Graded:
     """Run, build and judge one notebook; never raises for anything the notebook does."""
     task.run.mkdir(parents=True, exist_ok=True)
     for stale in ("executed.ipynb", "outcome.json", "verdict.json"):
         (task.run / stale).unlink(missing_ok=True)
-    for stale in ("export", "built", "judge-parts"):
+    for stale in ("export", "built", "judge-parts", "replayed"):
         shutil.rmtree(task.run / stale, ignore_errors=True)
     jobs = kernel_calls(task.plan.notebook, task.settings, task.run_seed, task.key, task.bench_only)
     scratch = sandbox.make_scratch()
@@ -315,7 +339,8 @@ def run_task(task: Task) -> Graded:
         nbformat.write(with_recording_cell(task.notebook, scratch / "request.json"), str(scratch / "submission.ipynb"))
         outcome = execute(_job(task, scratch, task.run / "sandbox.log"))
         _keep(scratch, task.run)
-        recording = judge.read_export(task.run / "export").get("seconds")
+        exported = judge.read_export(task.run / "export")
+        recording = exported.get("seconds")
         if isinstance(recording, float):  # reported from inside the sandbox: shown, never used to score
             outcome.timings["recording"] = recording
     finally:
@@ -334,11 +359,25 @@ def run_task(task: Task) -> Graded:
             shutil.rmtree(fresh, ignore_errors=True)
         if built.status != results.OK:  # no kernel can be judged: nothing here is the student's zero
             return Graded(_grader_fault(outcome, built.message), None, outcome.status)
+    replay_error = None
+    replayed = [] if on_gpu else _cpu_replays(jobs, exported)
+    if replayed:  # the plans run again on the judge's inputs, in a sandbox holding only the kernels' source
+        fresh = sandbox.make_scratch("gpu-course-replay-")
+        try:
+            # The recording cell ran the same launches within one cell's limit; the replay adds its start-up.
+            done = replay_cpu(_job(task, fresh, task.run / "replay.log"), task.run / "sanitized.ipynb",
+                              task.run / "export" / "export.json", replayed, task.run / "replayed",
+                              task.settings.cell_timeout + REPLAY_START_SECONDS)
+            replay_error = done.message or None
+            outcome.timings.update(done.timings)
+        finally:
+            shutil.rmtree(fresh, ignore_errors=True)
     judge_job = {"device": task.settings.device, "export": str(task.run / "export"), "built": str(task.run / "built"),
                  "notebook": str(task.run / "sanitized.ipynb"),
                  "reference": task.reference, "run_seed": task.run_seed, "student": task.key, "kernels": jobs,
                  "tests": task.plan.tests, "verdict": str(task.run / "verdict.json"),
-                 "checkpoints": str(task.run / "judge-parts"), "watchdog": _replay_watchdog(task)}
+                 "checkpoints": str(task.run / "judge-parts"), "watchdog": _replay_watchdog(task),
+                 "replayed": str(task.run / "replayed"), "replay_error": replay_error}
     verdict = _judge(task, judge_job)
     results.write_json_atomic(task.run / "verdict.json", verdict)
     for name, seconds in (verdict.get("seconds") or {}).items():

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,7 +113,7 @@ class Prepared:
     output: torch.Tensor
 
 
-def _allocate(entry: dict[str, Any]) -> torch.Tensor:
+def _allocate(entry: dict[str, Any], device: str) -> torch.Tensor:
     dtype = DTYPES.get(str(entry.get("dtype")))
     if dtype is None:
         raise Unreplayable(f"an allocation of dtype {entry.get('dtype')!r} is not supported")
@@ -119,24 +121,79 @@ def _allocate(entry: dict[str, Any]) -> torch.Tensor:
     count = -(-int(entry["nbytes"]) // itemsize)
     init = entry.get("init")
     if init == "zeros":
-        return torch.zeros(count, dtype=dtype, device="cuda")
+        return torch.zeros(count, dtype=dtype, device=device)
     if init == "full" and isinstance(entry.get("value"), int | float):
-        return torch.full((count,), entry["value"], dtype=dtype, device="cuda")
-    buffer = torch.empty(count, dtype=dtype, device="cuda")
+        return torch.full((count,), entry["value"], dtype=dtype, device=device)
+    buffer = torch.empty(count, dtype=dtype, device=device)
     return buffer.fill_(float("nan") if dtype.is_floating_point else -1)
 
 
-def _pointer(buffers: dict[str, torch.Tensor], where: Any) -> int:
+def budget(inputs: tuple[Any, ...], output_shape: tuple[int, ...]) -> int:
+    """Bytes a plan may allocate: four times its inputs and an fp64 output, plus 64 MiB of scratch."""
+    tensors = [t for t in inputs if hasattr(t, "untyped_storage")]
+    return 4 * (sum(t.untyped_storage().nbytes() for t in tensors) + 8 * math.prod(output_shape)) + 64 * 2**20
+
+
+def check_plan(plan: Any, inputs: tuple[Any, ...], max_bytes: int) -> list[dict[str, Any]]:
+    """What every replay checks before it allocates anything (GPU or CPU); returns the plan's launches."""
+    if not isinstance(plan, dict):
+        raise Unreplayable("no launch plan was recorded for this call")
+    if plan.get("problems"):
+        raise Unreplayable(str(plan["problems"][0]))
+    if plan.get("version", 1) not in PLAN_VERSIONS:
+        raise Unreplayable(f"the plan has version {str(plan.get('version'))[:20]}, which this judge does not know")
+    if plan.get("inputs") != describe_inputs(inputs):
+        raise Unreplayable("the plan was recorded for other inputs than this shape's")
+    allocations = plan.get("allocations") or []
+    if not isinstance(allocations, list) or any(
+            not isinstance(a, dict) or a.get("name") != f"alloc{i}" or type(a.get("nbytes")) is not int
+            or a["nbytes"] < 0 for i, a in enumerate(allocations)):
+        raise Unreplayable("the plan's allocations are malformed")
+    if sum(a["nbytes"] for a in allocations) > max_bytes:
+        raise Unreplayable(f"the call allocates more than {max_bytes / 2**20:.0f} MiB")
+    launches = plan.get("launches") or []
+    if not launches:
+        raise Unreplayable("no Triton or CUDA kernel was launched by the graded function")
+    if not isinstance(launches, list) or not all(isinstance(launch, dict) for launch in launches):
+        raise Unreplayable("the plan's launches are malformed")
+    if len(launches) > MAX_LAUNCHES:
+        raise Unreplayable(f"the call launches more than {MAX_LAUNCHES} kernels")
+    return launches
+
+
+def allocate(plan: dict[str, Any], inputs: tuple[Any, ...], device: str) -> dict[str, torch.Tensor]:
+    """The buffers a checked plan names: the inputs (in0, in1...) and its allocations, made on ``device``."""
+    buffers: dict[str, torch.Tensor] = {f"in{i}": t for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
+    for entry in plan.get("allocations") or []:
+        buffers[entry["name"]] = _allocate(entry, device)
+    return buffers
+
+
+def check_grid(name: Any, grid: Any) -> tuple[int, int, int]:
+    if (not isinstance(grid, list) or len(grid) != 3 or any(type(g) is not int or g < 1 for g in grid)
+            or any(g > limit for g, limit in zip(grid, GRID_LIMITS, strict=True))
+            or grid[0] * grid[1] * grid[2] > MAX_PROGRAMS):
+        raise Unreplayable(f"kernel {name} has a grid of {str(grid)[:60]} programs, outside the judge's bounds")
+    return grid[0], grid[1], grid[2]
+
+
+def locate(buffers: dict[str, torch.Tensor], where: Any) -> tuple[torch.Tensor, int]:
+    """The buffer a recorded pointer names and its byte offset into that buffer's storage, checked."""
     if not isinstance(where, dict) or str(where.get("buffer")) not in buffers:
         raise Unreplayable(f"a pointer names an unknown buffer: {str(where)[:80]}")
     buffer, offset = buffers[where["buffer"]], where.get("offset")
     nbytes = buffer.untyped_storage().nbytes()
     if type(offset) is not int or not 0 <= offset < max(nbytes, 1):
         raise Unreplayable(f"a pointer offset {offset!r} lies outside its buffer of {nbytes} bytes")
+    return buffer, offset
+
+
+def _pointer(buffers: dict[str, torch.Tensor], where: Any) -> int:
+    buffer, offset = locate(buffers, where)
     return buffer.untyped_storage().data_ptr() + offset  # offsets count from the storage, as recorded
 
 
-def _output_view(buffers: dict[str, torch.Tensor], description: Any, dtype: torch.dtype,
+def output_view(buffers: dict[str, torch.Tensor], description: Any, dtype: torch.dtype,
                  shape: tuple[int, ...]) -> torch.Tensor:
     if not isinstance(description, dict):
         raise Unreplayable("the plan names no output")
@@ -162,31 +219,12 @@ def _output_view(buffers: dict[str, torch.Tensor], description: Any, dtype: torc
 def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: torch.dtype,
             output_shape: tuple[int, ...], max_bytes: int) -> Prepared:
     """Check ``plan`` and set up one replay of it on ``inputs``; raises Unreplayable with the reason."""
-    if not isinstance(plan, dict):
-        raise Unreplayable("no launch plan was recorded for this call")
-    if plan.get("problems"):
-        raise Unreplayable(str(plan["problems"][0]))
-    if plan.get("version", 1) not in PLAN_VERSIONS:
-        raise Unreplayable(f"the plan has version {str(plan.get('version'))[:20]}, which this judge does not know")
-    if plan.get("inputs") != describe_inputs(inputs):
-        raise Unreplayable("the plan was recorded for other inputs than this shape's")
-    allocations = plan.get("allocations") or []
-    if sum(int(a.get("nbytes", 0)) for a in allocations) > max_bytes:
-        raise Unreplayable(f"the call allocates more than {max_bytes / 2**20:.0f} MiB")
-    buffers: dict[str, torch.Tensor] = {f"in{i}": t for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
-    for i, entry in enumerate(allocations):
-        if entry.get("name") != f"alloc{i}" or int(entry.get("nbytes", -1)) < 0:
-            raise Unreplayable("the plan's allocations are malformed")
-        buffers[entry["name"]] = _allocate(entry)
-    launches = plan.get("launches") or []
-    if not launches:
-        raise Unreplayable("no Triton or CUDA kernel was launched by the graded function")
-    if len(launches) > MAX_LAUNCHES:
-        raise Unreplayable(f"the call launches more than {MAX_LAUNCHES} kernels")
+    launches = check_plan(plan, inputs, max_bytes)
+    buffers = allocate(plan, inputs, "cuda")
     resolved = []
     scratch_total = 0
     for launch in launches:
-        if isinstance(launch, dict) and "cuda" in launch:
+        if "cuda" in launch:
             resolved.append((*_cuda_launch(launch, kernels, buffers), None))
             continue
         key = launch_key(launch)
@@ -197,11 +235,7 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
             raise Unreplayable(f"kernel {name} was not built from the notebook's source")
         if launch.get("ttgir_digest") != kernels.digests[key]:
             raise Unreplayable(f"kernel {name} as launched differs from the notebook's definition of it")
-        grid = launch.get("grid")
-        if (not isinstance(grid, list) or len(grid) != 3 or any(type(g) is not int or g < 1 for g in grid)
-                or any(g > limit for g, limit in zip(grid, GRID_LIMITS, strict=True))
-                or grid[0] * grid[1] * grid[2] > MAX_PROGRAMS):
-            raise Unreplayable(f"kernel {name} has a grid of {str(grid)[:60]} programs, outside the judge's bounds")
+        grid = check_grid(name, launch.get("grid"))
         compiled = kernels.compiled[key]
         arguments = _arguments(launch, buffers, kernels.descriptors.get(key, []))
         if len(arguments) != len(compiled.src.signature):
@@ -209,45 +243,57 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
                                f"{len(compiled.src.signature)} parameters")
         if getattr(compiled.metadata, "profile_scratch_size", 0):
             raise Unreplayable(f"kernel {name} was compiled with profiling instrumentation")
-        scratch, needed = None, tma.scratch_bytes(compiled, tuple(grid))
+        scratch, needed = None, tma.scratch_bytes(compiled, grid)
         if needed:
             scratch_total += needed
             if scratch_total > min(tma.MAX_SCRATCH_BYTES, max_bytes):
                 raise Unreplayable(f"the call's kernels ask for more than {tma.MAX_SCRATCH_BYTES / 2**20:.0f} MiB "
                                    "of global scratch")
             scratch = torch.empty(needed, dtype=torch.uint8, device="cuda")
-        resolved.append((compiled, tuple(grid), arguments, scratch))
-    output = _output_view(buffers, plan.get("output"), output_dtype, output_shape)
+        resolved.append((compiled, grid, arguments, scratch))
+    output = output_view(buffers, plan.get("output"), output_dtype, output_shape)
     return Prepared(inputs, buffers, resolved, output)
 
 
-def _arguments(launch: dict[str, Any], buffers: dict[str, torch.Tensor], layouts: list[dict[str, Any]]) -> list[Any]:
-    """Each recorded argument resolved on the judge's buffers, checked against its kind in the signature."""
+def resolve_arguments(launch: dict[str, Any], pointer: Callable[[str, Any], list[Any]],
+                      descriptor: Callable[[str, Any], list[Any]]) -> list[Any]:
+    """Each recorded argument, checked against its kind in the signature, as ``pointer(kind, where)``,
+    ``descriptor(kind, entry)`` (each a list of launch arguments: a descriptor may take several) or a scalar."""
     signature = launch.get("signature")
     recorded = launch.get("arguments") or []
     if not isinstance(signature, dict) or not isinstance(recorded, list):
         raise Unreplayable(f"kernel {launch.get('kernel')} has a malformed signature or argument list")
     kinds = [str(kind) for kind in signature.values() if kind != "constexpr"]
-    if len(kinds) != len(recorded) or (layouts and len(layouts) != sum(k.startswith("tensordesc") for k in kinds)):
+    if len(kinds) != len(recorded):
         raise Unreplayable(f"the arguments of kernel {launch.get('kernel')} do not match its signature")
     resolved: list[Any] = []
-    # No layouts: the build has no TMA parameters, and a descriptor (if any) takes its pointer form.
-    layout = iter(layouts) if layouts else itertools.repeat(None)
     for kind, argument in zip(kinds, recorded, strict=True):
         if not isinstance(argument, dict):
             raise Unreplayable("an argument is malformed")
         if kind.startswith("tensordesc") and "descriptor" in argument:
             try:
-                resolved.extend(tma.descriptor_arguments(buffers, argument["descriptor"], kind, next(layout)))
+                resolved.extend(descriptor(kind, argument["descriptor"]))
             except tma.DescriptorError as error:
                 raise Unreplayable(f"argument {str(argument.get('name'))[:40]}: {error}") from None
         elif kind.startswith("*") and "pointer" in argument:
-            resolved.append(_pointer(buffers, argument["pointer"]))
+            resolved.extend(pointer(kind, argument["pointer"]))
         elif not kind.startswith(("*", "tensordesc")) and "scalar" in argument:
             resolved.append(decode_value(argument.get("scalar") or {}))
         else:
             raise Unreplayable(f"argument {str(argument.get('name'))[:40]} is not the {kind[:40]} its kernel takes")
     return resolved
+
+
+def _arguments(launch: dict[str, Any], buffers: dict[str, torch.Tensor], layouts: list[dict[str, Any]]) -> list[Any]:
+    """Each recorded argument resolved on the judge's GPU buffers: addresses, descriptors as their build takes them."""
+    signature = launch.get("signature")
+    if layouts and (not isinstance(signature, dict)
+                    or len(layouts) != sum(str(kind).startswith("tensordesc") for kind in signature.values())):
+        raise Unreplayable(f"the arguments of kernel {launch.get('kernel')} do not match its signature")
+    # No layouts: the build has no TMA parameters, and a descriptor (if any) takes its pointer form.
+    layout = iter(layouts) if layouts else itertools.repeat(None)
+    return resolve_arguments(launch, lambda kind, where: [_pointer(buffers, where)],
+                             lambda kind, entry: tma.descriptor_arguments(buffers, entry, kind, next(layout)))
 
 
 def _cuda_launch(launch: dict[str, Any], kernels: Kernels, buffers: dict[str, torch.Tensor]) -> tuple[Any, ...]:

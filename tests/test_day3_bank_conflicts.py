@@ -126,7 +126,7 @@ def test_without_a_gpu_the_check_is_pending_and_never_calls_the_function(capsys)
 def test_the_cpu_judge_leaves_cuda_kernels_pending_and_the_scorer_says_so(tmp_path):
     calls = [{"key": "visible-0", "set": "visible", "shape": [64, 64], "seed": 1},
              {"key": "hidden-0", "set": "hidden", "shape": [17, 40], "seed": 2}]
-    job = {"export": str(tmp_path), "notebook": str(NOTEBOOK.solution_path),
+    job = {"export": str(tmp_path), "replayed": str(tmp_path), "notebook": str(NOTEBOOK.solution_path),
            "kernels": [{"spec": SPEC.id, "calls": calls, "bench_shapes": []}]}
     verdict = judge.judge_cpu(job)
     sets = verdict["kernels"][SPEC.id]["sets"]

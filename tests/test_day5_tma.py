@@ -220,7 +220,7 @@ def test_the_warm_up_call_gets_inputs_of_its_own(tmp_path):
     cell = _module(tmp_path, "tma_cell_warmup")
     namespace = {"matmul_tma": lambda a, b: cell.double(torch.zeros_like(b), base=b)}  # sets b to zeros
     job = {"spec": "w2d5.matmul_tma", "calls": [{"key": "k", "shape": [40, 24, 16], "seed": 3}], "warmup": True}
-    recorded = export._record_kernel(namespace, job, "cpu", tmp_path / "outputs")["calls"]["k"]["plan"]
+    recorded = export._record_kernel(namespace, job, "cpu", tmp_path / "arrays")["calls"]["k"]["plan"]
     assert any("changed its input 1" in p for p in recorded["problems"]), recorded["problems"]
 
 

@@ -223,13 +223,14 @@ def test_a_bf16_output_reaches_the_cpu_judge_bit_for_bit(tmp_path):
     definitions = build_kernels.read_definitions(["@triton.jit\ndef some_kernel(x):\n    pass\n"])
     plan = {"problems": [], "launches": [{"kernel": "some_kernel"}]}
     call = {"shape": list(shape), "seed": 11}
-    recorded = {"plan": plan, "output": "out.npy", "output_dtype": export.BF16_BITS}
-    passed, message = judge._cpu_check(day6.BF16, call, recorded, tmp_path, definitions)
+    replayed = {"output": "out.npy", "output_dtype": export.BF16_BITS}  # what the CPU replay returns
+    passed, message = judge._cpu_check(day6.BF16, call, {"plan": plan}, replayed, tmp_path, definitions)
     assert passed, message
     np.save(tmp_path / "fake.npy", out.float().numpy(), allow_pickle=False)  # fp32 data claiming to be bf16 bits
-    passed, message = judge._cpu_check(day6.BF16, call, {**recorded, "output": "fake.npy"}, tmp_path, definitions)
+    passed, message = judge._cpu_check(day6.BF16, call, {"plan": plan}, {**replayed, "output": "fake.npy"}, tmp_path,
+                                       definitions)
     assert not passed and "malformed" in message
-    passed, message = judge._cpu_check(day6.BF16, call, {"plan": plan, "output": "fake.npy"}, tmp_path, definitions)
+    passed, message = judge._cpu_check(day6.BF16, call, {"plan": plan}, {"output": "fake.npy"}, tmp_path, definitions)
     assert not passed and "output dtype torch.float32" in message
 
 

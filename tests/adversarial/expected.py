@@ -10,8 +10,8 @@ Rules the verdicts follow (DESIGN.md, "Untrusted submissions"):
   stream or returns memory no recorded kernel writes gets 0 with a reason, and so does a kernel that
   is not a top-level ``@triton.jit`` function of a cell (or ``triton.jit(f)`` of one), whose decorator
   or defaults are not plain, or whose body reaches anything but Triton's language (grader.kernel_vet).
-  On a CPU: the outputs the sandbox returns plus the recorded list of torch ops (same rules),
-  provisional, and performance pending (``None`` here).
+  On a CPU: the same replay on secret inputs, through Triton's interpreter in a fresh sandbox that
+  holds only the notebook's vetted kernels (same rules), provisional, and performance pending (``None`` here).
 - Quiz items: the master test cells run in the judge on answers exported as JSON, before any replay;
   a value whose type is a subclass of int, float or bool is "unsupported" and fails, and so does an
   answer that cannot be exported or loaded: that item only. A replay past the watchdog's limit fails
@@ -164,6 +164,15 @@ EXPECTED: dict[str, Expected] = {
                                      "the judge's tolerance", old="CPU 7, GPU 7"),
     "spec_rebound_no_shapes": _stub_two("notebook SPEC rebound to a copy with no shapes",
                                         "the judge's shapes", old="CPU 7, GPU 7"),
+    # the recording itself forged in the notebook's process (kernel: stub)
+    "rebind_record_call": _stub_two(
+        "course.plan.record_call rebound before the recording cell: a clean plan, the reference's output",
+        "no output of the notebook's process is judged: the plan is replayed on secret inputs (CPU: in a "
+        "fresh sandbox, through the interpreter), where the stub kernel raises", old="CPU 7 (before the CPU replay)"),
+    "post_run_cell_rewrites_export": _stub_two(
+        "post_run_cell hook rewrites export.json (clean plans) and the outputs after the recording cell",
+        "the judge replays the plans on secret inputs (CPU: in a fresh sandbox); no output the notebook "
+        "wrote is read", old="CPU 7 (before the CPU replay)"),
     # outputs not computed from the inputs
     "precomputed_public_seeds": _stub_two(
         "answers precomputed for the checks' public seeds, keyed by shape",

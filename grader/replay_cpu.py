@@ -1,0 +1,197 @@
+"""Replay recorded launch plans on a CPU, through Triton's interpreter, in a sandbox of their own.
+
+A CPU judge compiles nothing, so it cannot replay a plan itself as the GPU judge does
+(``grader.replay``). ``python -P -m grader.replay_cpu REQUEST.json`` runs in a fresh sandbox
+(``grader.execute.replay_cpu``) that holds only the sanitized notebook and the plans its run
+exported: it defines nothing of the notebook but its top-level ``@triton.jit`` kernels, as the
+builder does (``grader.build_kernels``), makes the judge's inputs from the request's secret seeds,
+checks each plan as the GPU replay does (``grader.replay``: version, inputs, allocation budget,
+grid, every argument against its kind, the output view), launches its kernels in the interpreter
+and saves each output as ``.npy`` (bf16 as its bits). The judge (``grader.judge.judge_cpu``)
+compares them with the reference outside; nothing the notebook's own process did decides a verdict.
+
+An interpreted launch (``course.plan``) has no compiled kernel to compare with the build, and
+needs none: the kernel replayed is the one the notebook's source defines under that name. A
+pointer becomes a 1-D view of the judge's buffer at the recorded byte offset, of the dtype the
+signature says; a host-side tensor descriptor a ``TensorDescriptor`` over such a view, once its
+whole view is checked to lie inside the buffer (``grader.tma``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grader.replay import (
+    DTYPES,
+    Unreplayable,
+    allocate,
+    budget,
+    check_grid,
+    check_plan,
+    locate,
+    output_view,
+    resolve_arguments,
+)
+
+# A kernel call: (interpreted kernel, grid, keyword arguments).
+Launch = tuple[Any, tuple[int, int, int], dict[str, Any]]
+
+
+def _triton_dtypes() -> dict[str, torch.dtype]:
+    from triton._utils import canonicalize_dtype
+
+    return {canonicalize_dtype(str(dtype).removeprefix("torch.")): dtype for dtype in DTYPES.values()}
+
+
+def _view(buffers: dict[str, torch.Tensor], where: Any, element: str) -> torch.Tensor:
+    """The judge's buffer seen from a recorded pointer, as the ``element`` type (Triton's name) its kernel takes."""
+    dtype = _triton_dtypes().get(element)
+    if dtype is None:
+        raise Unreplayable(f"a pointer to {element[:20]!r} elements is not supported")
+    buffer, offset = locate(buffers, where)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    count = (buffer.untyped_storage().nbytes() - offset) // itemsize
+    if offset % itemsize or count < 1:
+        raise Unreplayable(f"a pointer at byte {offset} of {where.get('buffer')} is not at a whole {element} element")
+    return torch.empty(0, dtype=dtype).set_(buffer.untyped_storage(), offset // itemsize, (count,), (1,))
+
+
+def _descriptor(buffers: dict[str, torch.Tensor], kind: str, entry: Any) -> list[Any]:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from course import descriptors
+    from grader import tma
+
+    tma.descriptor_arguments(buffers, entry, kind, None)  # its checks (the pointer form it returns is a GPU's)
+    element, block = descriptors.parse_signature(kind)
+    base = _view(buffers, entry["pointer"], element)
+    return [TensorDescriptor(base, entry["shape"], entry["strides"], block, entry["padding"])]
+
+
+def _constexprs(launch: dict[str, Any], names: list[str], signature: dict[str, Any]) -> dict[str, Any]:
+    """The recorded value of each parameter the signature calls constexpr (each exactly once), by name."""
+    from course.plan import decode_value
+
+    recorded = launch.get("constexprs")
+    wanted = {i for i, name in enumerate(names) if signature[name] == "constexpr"}
+    found: dict[int, Any] = {}
+    for entry in recorded if isinstance(recorded, list) else [None]:
+        path = entry[0] if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[1], dict) else None
+        if not (isinstance(path, list) and len(path) == 1 and type(path[0]) is int and path[0] in wanted
+                and path[0] not in found):
+            raise Unreplayable(f"the constexprs of kernel {launch.get('kernel')} do not match its signature")
+        found[path[0]] = decode_value(entry[1])
+    if len(found) != len(wanted):
+        raise Unreplayable(f"the constexprs of kernel {launch.get('kernel')} do not match its signature")
+    return {names[i]: value for i, value in found.items()}
+
+
+def prepare(plan: Any, inputs: tuple[Any, ...], kernels: dict[str, Any], refused: dict[str, str],
+            output_dtype: torch.dtype, output_shape: tuple[int, ...]) -> tuple[list[Launch], torch.Tensor]:
+    """Check ``plan`` and set up one replay of it on ``inputs``; raises Unreplayable with the reason."""
+    launches = check_plan(plan, inputs, budget(inputs, output_shape))
+    buffers = allocate(plan, inputs, "cpu")
+    prepared = []
+    for launch in launches:
+        name = launch.get("kernel")
+        if not launch.get("interpreted"):
+            raise Unreplayable(f"kernel {str(name)[:60]} was not launched through Triton's interpreter (a CUDA C "
+                               "kernel runs only on a GPU)")
+        if name in refused:
+            raise Unreplayable(f"kernel {name} cannot be built: {refused[name]}")
+        if name not in kernels:
+            raise Unreplayable(f"kernel {str(name)[:60]} is not a top-level @triton.jit function of the notebook")
+        kernel = kernels[name]
+        signature = launch.get("signature")
+        if not isinstance(signature, dict) or list(signature) != kernel.arg_names:
+            raise Unreplayable(f"the recorded parameters of kernel {name} are not those of its definition")
+        grid = check_grid(name, launch.get("grid"))
+        arguments = resolve_arguments(launch, lambda kind, where: [_view(buffers, where, kind[1:])],
+                                      lambda kind, entry: _descriptor(buffers, kind, entry))
+        names = [p for p, kind in signature.items() if kind != "constexpr"]
+        values = dict(zip(names, arguments, strict=True)) | _constexprs(launch, kernel.arg_names, signature)
+        prepared.append((kernel, grid, values))
+    return prepared, output_view(buffers, plan.get("output"), output_dtype, output_shape)
+
+
+def replay(prepared: list[Launch]) -> None:
+    for kernel, grid, values in prepared:
+        kernel[grid](**values)
+
+
+def _text(source: str | list[str]) -> str:
+    return "".join(source) if isinstance(source, list) else source
+
+
+def run(request: dict[str, Any]) -> dict[str, Any]:
+    """Replay every call of the request; writes each output into ``out/outputs``, returns what became of each."""
+    from course import spec as specs
+    from grader import build_kernels
+
+    out = Path(request["out"])
+    (out / "outputs").mkdir(parents=True, exist_ok=True)
+    # The sanitized notebook (nbformat v4, written by the grader) read as JSON: nbformat takes 2 s to import.
+    notebook = json.loads(Path(request["notebook"]).read_text(encoding="utf-8"))
+    cells = [_text(c.get("source", "")) for c in notebook["cells"] if c.get("cell_type") == "code"]
+    kernels, refused = build_kernels.kernel_definitions(cells, out / "src", interpret=True)
+    exported = json.loads(Path(request["export"]).read_text(encoding="utf-8"))
+    replayed: dict[str, Any] = {}
+    for job in request["kernels"]:
+        spec = specs.get(job["spec"])
+        kernels_of = exported.get("kernels") if isinstance(exported, dict) else None
+        entry = kernels_of.get(spec.id) if isinstance(kernels_of, dict) else None
+        calls = entry.get("calls") if isinstance(entry, dict) and isinstance(entry.get("calls"), dict) else {}
+        results = replayed.setdefault(spec.id, {})
+        for call in job["calls"]:
+            recorded = calls.get(call["key"])
+            if isinstance(recorded, dict):  # else the judge says why (nothing was recorded)
+                results[call["key"]] = _replay_call(spec, call, recorded.get("plan"), kernels, refused, out / "outputs")
+                # Written after every call: a kernel that crashes the interpreter later loses only the calls after it.
+                (out / "replayed.tmp").write_text(json.dumps(replayed), encoding="utf-8")
+                (out / "replayed.tmp").replace(out / "replayed.json")
+    return replayed
+
+
+def _replay_call(spec: Any, call: dict[str, Any], plan: Any, kernels: dict[str, Any], refused: dict[str, str],
+                 outputs: Path) -> dict[str, Any]:
+    """One call replayed on the inputs of its (secret) seed: its output saved, or the reason there is none."""
+    import numpy as np
+
+    from course import plan as plan_module
+    from course.export import BF16_BITS, output_array
+
+    shape, seed = tuple(call["shape"]), int(call["seed"])
+    inputs = spec.make_inputs(shape, seed, "cpu")
+    try:
+        prepared, output = prepare(plan, inputs, kernels, refused, spec.output_dtype, tuple(spec.output_shape(shape)))
+    except Unreplayable as problem:
+        return {"error": f"not replayable: {problem}"[:600]}
+    except Exception as problem:  # untrusted plan data of an unforeseen shape: refused, never a crash of the replay
+        return {"error": f"not replayable: the plan is malformed ({type(problem).__name__}: {str(problem)[:200]})"}
+    try:
+        replay(prepared)
+    except Exception as failure:  # the student's kernel failing in the interpreter
+        return {"error": f"the kernel failed in the interpreter: {type(failure).__name__}: {str(failure)[:300]}"}
+    changed = plan_module.changed_inputs(spec.make_inputs(shape, seed, "cpu"), inputs)
+    if changed:
+        return {"error": f"the call changed its input {changed[0]}: inputs are read-only"}
+    name = f"{spec.id}-{call['key']}.npy"
+    np.save(outputs / name, output_array(output), allow_pickle=False)
+    return {"output": name, **({"output_dtype": BF16_BITS} if output.dtype == torch.bfloat16 else {})}
+
+
+def main(argv: list[str]) -> int:
+    from course import device
+
+    device.configure("cpu")  # the interpreter, with the course's fixes to it
+    run(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
