@@ -28,7 +28,8 @@ def _job(tmp_path, floor=1.0):
     job = {"device": "cpu", "export": str(export), "notebook": str(NOTEBOOK.student_path), "tests": plan.tests,
            "kernels": kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice"), "run_seed": 1, "student": "alice",
            "verdict": str(tmp_path / "verdict.json"), "checkpoints": str(tmp_path / "parts"),
-           "watchdog": {"floor": floor, "factor": 50.0, "reference": {}}}
+           "watchdog": {"floor": floor, "factor": 50.0, "reference": {}},
+           "replayed": str(tmp_path / "replayed"), "replay_error": None, "built": str(tmp_path / "built")}
     (tmp_path / "judge.json").write_text(json.dumps(job))
     return job, plan
 
