@@ -5,4 +5,4 @@ execute (papermill) -> score (nbgrader gradebook) -> export (CSV) and feedback (
 """
 
 # Part of every result's identity: a notebook graded by another version is graded again.
-GRADER_VERSION = "0.1.0"
+GRADER_VERSION = "0.2.0"  # 0.2: vetted builds, bans on the compiled kernel, CPU replay, watchdog
