@@ -36,8 +36,8 @@ from grader.pipeline import load_results
 
 for r in sorted(load_results(Path(sys.argv[1])), key=lambda r: (r.student, r.assignment, r.notebook)):
     if r.status != "missing":
-        lost = " ".join(f"{i.item}={i.score}" for i in r.items if i.score != i.max_score)
+        lost = " | ".join(f"{i.item}={i.score} ({i.message[:160]})" for i in r.items if i.score != i.max_score)
         print(f"{r.student:<40} {r.assignment}/{r.notebook:<26} {r.status:<13} {r.score:g}/{r.max_score:g} "
               f"lost: {lost or '-'}")
 PY
-tar -C "$grades" -czf "$OUT/runs.tgz" results runs --exclude='*.ipynb' 2>/dev/null || true
+tar -C "$grades" -czf "$OUT/results.tgz" results 2>/dev/null || true
