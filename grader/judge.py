@@ -541,7 +541,8 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
             return False, f"{label}: not run: {broken}"
         banned = forbidden_problem(spec, plan, definitions) if definitions is not None else None
         # The source reading gives the friendly message; the compiled kernel is what is judged.
-        banned = banned or ir_rules.plan_problem(plan, kernels_.ttgir, kernels_.errors, spec.forbidden_calls)
+        if not banned and spec.forbidden_calls:
+            banned = ir_rules.plan_problem(plan, kernels_.ttgir, kernels_.errors, spec.forbidden_calls)
         if banned:
             return False, f"{label}: {banned}"
         foreign = allowed and provenance.foreign_launch(plan, allowed)

@@ -165,23 +165,31 @@ def _payloads(marker: str) -> list[tuple[str, str]]:
     ]
 
 
-def test_each_payload_runs_when_its_kernel_is_compiled_unvetted(tmp_path):
-    """The control: Triton's code generator does run each payload (so the tests below can fail)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.runtime.jit import JITFunction
+UNVETTED_COMPILE = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
 
+path, name, target = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+namespace = {}
+exec(compile(open(path).read(), path, "exec"), namespace)
+kernel = JITFunction(namespace[name])  # compiled, whatever TRITON_INTERPRET says (as the builder does)
+triton.compile(ASTSource(kernel, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {(1,): 16}), target=GPUTarget(**target))
+"""
+
+
+def test_each_payload_runs_when_its_kernel_is_compiled_unvetted(tmp_path):
+    """The control: Triton's code generator does run each payload (so the tests below can fail). Each compile runs
+    in a process of its own: an interpreted launch earlier in this one leaves Triton's language patched."""
     marker = str(tmp_path / "ran")
     for name, body in _payloads(marker):
-        namespace: dict = {}
         path = tmp_path / f"{name}.py"
         source = _kernel(body + "\ntl.store(x_ptr + tl.arange(0, BLOCK), 1.0)", name)
         path.write_text(source.replace("@triton.jit\n", ""))
-        exec(compile(path.read_text(), str(path), "exec"), namespace)
-        kernel = JITFunction(namespace[name])  # compiled, whatever TRITON_INTERPRET says (as the builder does)
-        triton.compile(ASTSource(kernel, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {(1,): 16}),
-                       target=GPUTarget(**SM90))
+        subprocess.run([sys.executable, "-c", UNVETTED_COMPILE, str(path), name, json.dumps(SM90)], cwd=tmp_path,
+                       check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
         assert Path(f"{marker}-{name}").exists(), name
 
 
