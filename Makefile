@@ -17,12 +17,14 @@ JUDGE_TIMEOUT ?=
 MEMORY_GB ?=
 SCRATCH_GB ?=
 CPUS_PER_RUN ?=
+REPLAY_TIMEOUT ?=
 # `make grade` exits 1 when a notebook could not be graded normally, except for the demo class (no SUBMISSIONS),
 # whose `crashes` student fails by design; ALLOW_UNGRADED=1 exits 0 for a real class too (the summary still lists them).
 ALLOW_UNGRADED ?= $(if $(SUBMISSIONS),,1)
 LIMITS = $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT),) $(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT),) \
 	$(if $(JUDGE_TIMEOUT),--judge-timeout $(JUDGE_TIMEOUT),) $(if $(MEMORY_GB),--memory-gb $(MEMORY_GB),) \
-	$(if $(SCRATCH_GB),--scratch-gb $(SCRATCH_GB),) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN),)
+	$(if $(SCRATCH_GB),--scratch-gb $(SCRATCH_GB),) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN),) \
+	$(if $(REPLAY_TIMEOUT),--replay-timeout $(REPLAY_TIMEOUT),)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 REQUIREMENTS := requirements/base.txt requirements/constraints.txt $(if $(SYSTEM_SITE_PACKAGES),,requirements/torch-cpu.txt)

@@ -343,7 +343,7 @@ def _execution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replay-timeout", type=float, default=20.0,
                         help="seconds one replay of a student's kernel may take before the judge stops it and fails "
                              "only that kernel's items; longer where 50 x the reference solution's time is "
-                             "(default: %(default)g)")
+                             "(default: %(default)g; make: REPLAY_TIMEOUT)")
     parser.add_argument("--memory-gb", type=float, default=8.0,
                         help="host memory one notebook run may use, GiB (default: %(default)g; make: MEMORY_GB)")
     parser.add_argument("--scratch-gb", type=float, default=2.0,
