@@ -104,13 +104,15 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
         os.close(write_end)
         os.close(grant_read)
     step, pending = None, b""
-    holding: contextlib.ExitStack | None = None
+    holding: contextlib.AbstractContextManager[Hold] | None = None
+    hold = Hold()
 
     def give_back() -> None:
         nonlocal holding
         if holding is not None:
-            holding.close()
+            holding.__exit__(None, None, None)
             holding = None
+            alone.add(hold)  # after the exit, which measures the hold
 
     try:
         while True:
@@ -134,11 +136,10 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
             for line in lines:
                 parsed = _parse(line, time.monotonic())
                 if parsed == "gpu" and holding is None:
-                    holding = contextlib.ExitStack()
                     asked = time.monotonic()
-                    hold = holding.enter_context(_exclusive(alone))
+                    holding = _exclusive(alone)
+                    hold = holding.__enter__()
                     deadline += time.monotonic() - asked  # waiting for the GPU is not the judge's time
-                    holding.callback(alone.add, hold)
                     with contextlib.suppress(OSError):  # a judge that died meanwhile is seen below
                         os.write(grant_write, b"1")
                 elif parsed == "release":

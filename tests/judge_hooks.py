@@ -1,12 +1,14 @@
 """A judge for the watchdog's tests (``python -P -m tests.judge_hooks JOB.json``): grader.judge, where the
 kernel verdicts are stand-ins, the graded function named by ``$HANG_SPEC`` runs a replay that never ends, and
-the one named by ``$BREAK_SPEC`` asks to be started again, as after a CUDA error that broke the context.
+the one named by ``$BREAK_SPEC`` asks to be started again, as after a CUDA error that broke the context. With
+``$ALONE_SECONDS`` set, the verdicts are made holding the GPU alone (``judge.WATCH.alone``), taking that long.
 
 It imports only through PYTHONPATH (``tests`` is not installed), as the real judge must find the grader.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -17,6 +19,14 @@ from grader import judge
 
 
 def _judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
+    alone = os.environ.get("ALONE_SECONDS")
+    with judge.WATCH.alone() if alone else contextlib.nullcontext():
+        if alone:
+            time.sleep(float(alone))
+        return _verdicts(job)
+
+
+def _verdicts(job: dict[str, Any]) -> dict[str, Any]:
     kernels = {}
     for spec_job in job["kernels"]:
         spec = specs.get(spec_job["spec"])

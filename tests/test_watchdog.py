@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 
 from grader import judge, results, score, watchdog
+from grader.gpu_gate import GpuGate
 from grader.layout import course_notebooks
 from grader.pipeline import Settings, grader_environment, kernel_calls, notebook_plan
 
@@ -34,11 +36,52 @@ def _job(tmp_path, floor=1.0):
     return job, plan
 
 
-def _run(tmp_path, job, module, env, limit=300.0):
+def _run(tmp_path, job, module, env, limit=300.0, gate=None):
     scratch = tmp_path / "scratch"  # as on a GPU: -P from a folder where no grader is found by the cwd
     scratch.mkdir(exist_ok=True)
     return watchdog.run([sys.executable, "-P", "-m", module, str(tmp_path / "judge.json")], job, env, scratch,
-                        tmp_path / "judge.log", limit)
+                        tmp_path / "judge.log", limit, gate, "0")
+
+
+def _busy_while(gate, work):
+    """(what ``work()`` returned, whether the gate's GPU 0 was seen held while it ran)."""
+    seen, stop = [], threading.Event()
+
+    def look():
+        while not stop.is_set():
+            seen.append(gate.busy("0"))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=look)
+    watcher.start()
+    try:
+        return work(), any(seen)
+    finally:
+        stop.set()
+        watcher.join()
+
+
+def test_the_judge_holds_its_gpu_alone_for_its_gpu_work_and_says_how_long(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALONE_SECONDS", "0.5")
+    job, _ = _job(tmp_path)
+    gate = GpuGate(idle=lambda gpu: True)
+    verdict, held = _busy_while(gate, lambda: _run(tmp_path, job, "tests.judge_hooks",
+                                                   grader_environment(dict(os.environ)), gate=gate))
+    assert "error" not in verdict, verdict.get("error")
+    assert held and not gate.busy("0")
+    assert 0.5 <= verdict["seconds"]["gpu_exclusive"] < 30 and verdict["seconds"]["gpu_wait"] < 1
+
+
+def test_a_judge_stopped_while_it_holds_the_gpu_gives_it_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALONE_SECONDS", "0.1")
+    monkeypatch.setenv("HANG_SPEC", "w1d4.saxpy")
+    job, _ = _job(tmp_path)
+    gate = GpuGate(idle=lambda gpu: True)
+    verdict = _run(tmp_path, job, "tests.judge_hooks", grader_environment(dict(os.environ)), gate=gate)
+    assert verdict["stopped"] == ["w1d4.saxpy"] and "error" not in verdict
+    assert not gate.busy("0")
+    with gate.exclusive("0") as hold:  # nobody holds it: given at once
+        assert hold.waited < 1
 
 
 def test_a_replay_that_never_ends_costs_only_its_kernels_items(tmp_path, monkeypatch):
