@@ -691,6 +691,8 @@ def limits_for(settings: Settings) -> Limits:
     """The stages' concurrency: the TA's settings, else what the machine's CPUs and GPUs allow."""
     cpus = len(os.sched_getaffinity(0))
     if settings.device != "gpu":
+        if settings.schedule == "serial":
+            return Limits((), 1, 1, 1)
         runs = settings.runs or min(2, cpus)
         return Limits((), runs, settings.builds or runs, 1)
     gpus = settings.gpus or visible_gpus()
