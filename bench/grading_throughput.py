@@ -185,8 +185,10 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
                      f"{result.gpu_bound_seconds / 3600:>13.2f}{result.cpu_bound_seconds / 3600:>13.2f}"
                      f"{result.per_gpu_hour:>12.0f}")
     node = results[1]
+    devices = sorted({c.device for c in costs.values() if c.samples})
     if args.class_students == 300 and len(costs) == 14 and args.node_gpus == 8:
-        met = "met" if node.wall_seconds <= 7200 else "NOT MET"
+        met = "not measured (graded on a CPU)" if any(d.startswith("CPU") for d in devices) \
+            else "met" if node.wall_seconds <= 7200 else "NOT MET"
         lines.append(f"  target (issue 16): the 300 x 14 class under 2 h on one 8-GPU node: {met} "
                      f"(projected {node.wall_seconds / 3600:.2f} h)")
     check = None
@@ -198,7 +200,6 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
                  "measured_seconds": batch["wall_seconds"], "gpus": count}
         lines.append(f"  the model on the measured pipeline batch ({count} GPU(s), {args.host_cpus:g} cores): "
                      f"{check['model_seconds']:.0f} s; measured {check['measured_seconds']:.0f} s")
-    devices = sorted({c.device for c in costs.values() if c.samples})
     lines.append(f"  measured on: {', '.join(devices)}" + ("; a CPU's numbers, not a GPU's" if any(
         d.startswith("CPU") for d in devices) else ""))
     data = {"model": MODEL.format(cores=args.cores_per_stage),

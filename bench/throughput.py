@@ -223,6 +223,10 @@ class Target:
         return {True: "met", False: "NOT MET", None: "not measured"}[self.met]
 
 
+def graded_on_cpu(records: Sequence[Record]) -> bool:
+    return any(r.device.startswith("CPU") for r in records)
+
+
 def targets(pipeline: Sequence[Record], w1d7_per_hour: float | None, gpus: int | None,
             verdicts: Sequence[VerdictDifference], ratio_diffs: Sequence[RatioDifference]) -> list[Target]:
     """Issue 16's targets, judged from the measurement. ``w1d7_per_hour`` is None where the batch was not
@@ -233,7 +237,9 @@ def targets(pipeline: Sequence[Record], w1d7_per_hour: float | None, gpus: int |
                         None if exclusive is None else exclusive.max <= 10.0,
                         "no gpu_exclusive timing recorded" if exclusive is None
                         else f"max {exclusive.max:.1f} s, mean {exclusive.mean:.1f} s over {exclusive.count}"))
-    if w1d7_per_hour is None:
+    if graded_on_cpu(pipeline):
+        found.append(Target(">= 300 W1D7 notebooks per hour on one GPU", None, "graded on a CPU"))
+    elif w1d7_per_hour is None:
         found.append(Target(">= 300 W1D7 notebooks per hour on one GPU", None,
                             "the batch held other notebooks (grade W1D7 alone for this one)"))
     elif gpus is not None and gpus != 1:
