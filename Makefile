@@ -18,13 +18,19 @@ MEMORY_GB ?=
 SCRATCH_GB ?=
 CPUS_PER_RUN ?=
 REPLAY_TIMEOUT ?=
+# How the batch is scheduled (empty: the grader's defaults): SCHEDULE=serial, GPUS=0,1, RUNS=8, BUILDS=4.
+SCHEDULE ?=
+GPUS ?=
+RUNS ?=
+BUILDS ?=
 # `make grade` exits 1 when a notebook could not be graded normally, except for the demo class (no SUBMISSIONS),
 # whose `crashes` student fails by design; ALLOW_UNGRADED=1 exits 0 for a real class too (the summary still lists them).
 ALLOW_UNGRADED ?= $(if $(SUBMISSIONS),,1)
 LIMITS = $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT),) $(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT),) \
 	$(if $(JUDGE_TIMEOUT),--judge-timeout $(JUDGE_TIMEOUT),) $(if $(MEMORY_GB),--memory-gb $(MEMORY_GB),) \
 	$(if $(SCRATCH_GB),--scratch-gb $(SCRATCH_GB),) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN),) \
-	$(if $(REPLAY_TIMEOUT),--replay-timeout $(REPLAY_TIMEOUT),)
+	$(if $(REPLAY_TIMEOUT),--replay-timeout $(REPLAY_TIMEOUT),) $(if $(RUNS),--runs $(RUNS),)
+SCHEDULING = $(if $(SCHEDULE),--schedule $(SCHEDULE),) $(if $(GPUS),--gpus $(GPUS),) $(if $(BUILDS),--builds $(BUILDS),)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 REQUIREMENTS := requirements/base.txt requirements/constraints.txt $(if $(SYSTEM_SITE_PACKAGES),,requirements/torch-cpu.txt)
@@ -56,7 +62,7 @@ check-release: setup
 	$(PY) -m grader release --check
 
 grade: setup
-	$(PY) -m grader grade $(SUBMISSIONS) --out $(OUT) --device $(DEVICE) $(LIMITS) $(if $(NO_SANDBOX),--no-sandbox,) \
+	$(PY) -m grader grade $(SUBMISSIONS) --out $(OUT) --device $(DEVICE) $(LIMITS) $(SCHEDULING) $(if $(NO_SANDBOX),--no-sandbox,) \
 		$(if $(filter 1 yes true,$(ALLOW_UNGRADED)),--allow-ungraded,)
 
 check: setup

@@ -1,4 +1,4 @@
-"""The TA-side harness: release, sanitize, execute, score, export, feedback and dispatch.
+"""The TA-side harness: release, sanitize, execute, schedule, score, export, feedback.
 
 Data flows one way: solutions/ -> release -> student notebooks; a submission -> sanitize ->
 execute (papermill) -> score (nbgrader gradebook) -> export (CSV) and feedback (HTML).

@@ -122,7 +122,10 @@ def _settings(args: argparse.Namespace):
 
     device, name = resolve_device(args.device)
     shapes = json.loads(args.bench_shapes) if args.bench_shapes else None
-    return Settings(device=device, device_name=name, jobs=args.jobs, force=args.force, bench_shapes=shapes,
+    gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip()) if getattr(args, "gpus", None) else None
+    return Settings(device=device, device_name=name, runs=args.runs, builds=getattr(args, "builds", None), gpus=gpus,
+                    judges_per_gpu=getattr(args, "judges_per_gpu", 2),
+                    schedule=getattr(args, "schedule", "pipeline"), force=args.force, bench_shapes=shapes,
                     cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
                     judge_timeout=args.judge_timeout, replay_floor=args.replay_timeout,
                     memory_bytes=int(args.memory_gb * 2**30),
@@ -327,9 +330,10 @@ def _at_least_one(text: str) -> int:
 
 def _execution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (a GPU if visible), gpu or cpu (default: %(default)s)")
-    parser.add_argument("--jobs", type=int, default=None,
-                        help="parallel notebooks (default: one per GPU, 2 on a CPU; more than one per GPU makes "
-                             "timings share the GPU)")
+    parser.add_argument("--runs", "--jobs", dest="runs", type=_at_least_one, default=None,
+                        help="sandboxed notebook runs at once, over all GPUs; runs share their GPU and are paused "
+                             "while a judge times on it (default: 4 per GPU, at most a third of the CPUs; 2 on a "
+                             "CPU; make: RUNS)")
     parser.add_argument("--bench-shapes", default=None,
                         help='JSON list of benchmark shapes, e.g. "[[2048,2048,2048]]", used by the specs whose shapes '
                              'have that many sizes (default: each spec\'s own)')
@@ -354,12 +358,35 @@ def _execution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpus-per-run", type=_at_least_one, default=None,
                         help="CPUs each sandboxed run gets, a set of its own while there are enough; runs also get a "
                              "lower scheduling priority than the grader and judge (default: the grader's CPUs "
-                             "divided by --jobs; make: CPUS_PER_RUN)")
+                             "divided by the runs and builds at once; make: CPUS_PER_RUN)")
     parser.add_argument("--seed", type=int, default=None,
                         help="the grading run's secret seed (default: drawn afresh; stored in every result)")
     parser.add_argument("--no-sandbox", dest="sandbox", action="store_false",
                         help="run student code WITHOUT the bubblewrap sandbox (only for trusted notebooks; "
                              "every report says so; default: sandboxed; make: NO_SANDBOX=1)")
+
+
+def _gpu_list(text: str) -> str:
+    if not all(part.strip().isdigit() for part in text.split(",")):
+        raise argparse.ArgumentTypeError(f"a comma-separated list of CUDA indices such as 0,1 is needed, not {text!r}")
+    return text
+
+
+def _schedule_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--schedule", choices=("pipeline", "serial"), default="pipeline",
+                        help="pipeline: runs, builds and judges of many notebooks at once, each judge's replays and "
+                             "timings on a GPU held alone (the other notebooks on it paused); serial: one notebook "
+                             "at a time, stage after stage, the baseline the pipeline is measured against "
+                             "(default: %(default)s; make: SCHEDULE)")
+    parser.add_argument("--gpus", type=_gpu_list, default=None,
+                        help="the GPUs to grade on, as CUDA indices, e.g. 0,1: one judge holds each GPU alone at a "
+                             "time, runs share them (default: every visible GPU; make: GPUS)")
+    parser.add_argument("--builds", type=_at_least_one, default=None,
+                        help="kernel builds (CPU only, sandboxed) and CPU replays at once (default: a quarter of the "
+                             "CPUs on a GPU machine, as many as --runs on a CPU; make: BUILDS)")
+    parser.add_argument("--judges-per-gpu", type=_at_least_one, default=2,
+                        help="judge processes per GPU at once: one holds the GPU alone while the others load their "
+                             "kernels and run the answer checks (default: %(default)s)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -386,6 +413,7 @@ def parser() -> argparse.ArgumentParser:
                         "them; `make grade` passes it for the demo class, whose `crashes` student fails by design), "
                         "unless the grader itself failed on one (grader_error)")
     _execution_options(p)
+    _schedule_options(p)
     p.set_defaults(run=cmd_grade)
 
     p = commands.add_parser(
@@ -420,11 +448,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from grader.gradebook import GradebookMismatch
-    from grader.pipeline import SandboxUnavailable
+    from grader.pipeline import SandboxUnavailable, UnknownGpu
 
     args = parser().parse_args(argv)
     try:
         return args.run(args)
-    except (GradebookMismatch, SandboxUnavailable) as error:
+    except (GradebookMismatch, SandboxUnavailable, UnknownGpu) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

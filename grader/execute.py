@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import results, sandbox
+from grader.gpu_gate import Pausable
 from grader.layout import KERNEL_NAME, REPO
 
 # Environment variables a notebook may see; everything else in the grader's environment is dropped.
@@ -112,7 +113,7 @@ def scrubbed_environment(job: Job) -> dict[str, str]:
 
 
 def _sandboxed(job: Job, argv: list[str], seconds: float, printed: tuple[str, ...] = (),
-               gpu: bool = True) -> sandbox.SandboxResult:
+               gpu: bool = True, pause: Pausable | None = None) -> sandbox.SandboxResult:
     """Run argv in the job's sandbox; a GPU job on its one GPU (the first when the job names none) unless ``gpu``
     is False (the builder never needs one)."""
     env = scrubbed_environment(job)
@@ -121,7 +122,7 @@ def _sandboxed(job: Job, argv: list[str], seconds: float, printed: tuple[str, ..
     return sandbox.run(argv, scratch=Path(job.workdir), env=env, limits=job.limits(seconds),
                        log_path=Path(job.log), hide=[Path(p) for p in job.hide],
                        gpu=(job.gpu or "0") if gpu and job.device == "gpu" else None, printed=printed,
-                       sandbox=job.sandbox)
+                       sandbox=job.sandbox, pause=pause)
 
 
 def _log_tail(job: Job) -> str:
@@ -131,15 +132,17 @@ def _log_tail(job: Job) -> str:
         return ""
 
 
-def execute(job: Job) -> Outcome:
-    """Run ``job``'s notebook in the sandbox; always returns an Outcome."""
+def execute(job: Job, pause: Pausable | None = None) -> Outcome:
+    """Run ``job``'s notebook in the sandbox; always returns an Outcome. ``pause``: its handle at the GPU gate."""
     work = Path(job.workdir)
     work.mkdir(parents=True, exist_ok=True)
     job_file = work / "job.json"
     job_file.write_text(json.dumps(asdict(job)), encoding="utf-8")
     ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.execute", str(job_file)], job.notebook_timeout,
-                     printed=PRINTED)
+                     printed=PRINTED, pause=pause)
     timings = {"notebook": ran.seconds}
+    if pause is not None and pause.paused_seconds():
+        timings["frozen"] = pause.paused_seconds()
     if ran.status == "timeout":
         return Outcome(results.TIMEOUT, f"the notebook ran past its {job.notebook_timeout:.0f} s limit", timings)
     if ran.status in _SANDBOX_STATUS:

@@ -42,6 +42,8 @@ MAX_ANSWER_BYTES = 16 * 2**20
 
 # The watched judge (grader.watchdog) reads its steps from this file descriptor, named in this variable.
 WATCH_FD = "GRADER_JUDGE_WATCH_FD"
+# ... and answers its request for the GPU alone (``Watch.alone``) with one byte on this one.
+GRANT_FD = "GRADER_JUDGE_GRANT_FD"
 TESTS = "tests"
 # The watched judge's exit status asking to be started again (its finished parts kept): a student's CUDA error
 # broke this process's CUDA context, and the next graded function deserves a fresh one.
@@ -61,9 +63,25 @@ class Watch:
 
     def __init__(self) -> None:
         self.stream: TextIO | None = None
+        self.grant: int | None = None
 
-    def connect(self, fd: str | None) -> None:
+    def connect(self, fd: str | None, grant: str | None = None) -> None:
         self.stream = os.fdopen(int(fd), "w", buffering=1) if fd else None
+        self.grant = int(grant) if grant else None
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        """Hold the GPU alone (the watchdog's gate pauses every other user of it) for the GPU work inside."""
+        if self.stream is None or self.grant is None:
+            yield
+            return
+        self.stream.write(json.dumps({"request": "gpu"}) + "\n")
+        if os.read(self.grant, 1) != b"1":
+            raise RuntimeError("the watchdog did not give the judge its GPU")
+        try:
+            yield
+        finally:
+            self.stream.write(json.dumps({"request": "release"}) + "\n")
 
     def step(self, spec: str | None, what: str, seconds: float | None) -> None:
         if self.stream is not None:
@@ -498,7 +516,7 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
     compile_seconds = time.perf_counter() - started
     verdict: dict[str, Any] = {"kernels": {}, "seconds": {"judge_compile": compile_seconds}}
     stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
+    with WATCH.alone(), torch.cuda.stream(stream):
         for spec_job in job["kernels"]:
             spec = specs.get(spec_job["spec"])
             try:
@@ -699,7 +717,7 @@ def judge(job: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    WATCH.connect(os.environ.get(WATCH_FD))
+    WATCH.connect(os.environ.get(WATCH_FD), os.environ.get(GRANT_FD))
     try:
         verdict = judge(job)
     except StartAgain:

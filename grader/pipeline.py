@@ -28,8 +28,10 @@ import re
 import secrets
 import shutil
 import sys
+import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,9 +42,9 @@ from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
 from course.plan import NOMINAL_TARGET
-from grader import GRADER_VERSION, gpu_nodes, gradebook, judge, results, sandbox, score, watchdog
-from grader.dispatch import local_slots, run_local
+from grader import GRADER_VERSION, gpu_idle, gpu_nodes, gradebook, judge, results, sandbox, score, watchdog
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
+from grader.gpu_gate import GpuGate, Pausable
 from grader.layout import (
     REPO,
     SOLUTIONS,
@@ -55,22 +57,32 @@ from grader.layout import (
 from grader.release import master_version
 from grader.results import NotebookResult
 from grader.sanitize import sanitize
+from grader.schedule import Limits, Scheduler
 
 JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
 RECORDING_CELL = "recording"
 JUDGE_MODULE = "grader.judge"
 REPLAY_START_SECONDS = 120.0  # a CPU replay's sandbox and imports, on a loaded machine
+RUNS_PER_GPU = 4  # sandboxed runs sharing one GPU by default (an H100's 80 GB holds four notebooks' tensors)
 
 
 class SandboxUnavailable(RuntimeError):
     """Untrusted grading was asked for where the sandbox cannot run (and --no-sandbox was not given)."""
 
 
+class UnknownGpu(ValueError):
+    """--gpus named a GPU this process does not see."""
+
+
 @dataclass
 class Settings:
     device: str  # "gpu" or "cpu", resolved
     device_name: str
-    jobs: int | None = None
+    runs: int | None = None  # sandboxed runs at once; None: from the machine's CPUs and GPUs
+    builds: int | None = None  # builds at once; None: from the machine's CPUs
+    gpus: tuple[str, ...] | None = None  # the GPUs to grade on (CUDA indices); None: all visible
+    judges_per_gpu: int = 2
+    schedule: str = "pipeline"  # or "serial": one notebook at a time, stage after stage
     force: bool = False
     bench_shapes: list[list[int]] | None = None  # the TA's override (trusted); else the specs' own
     cell_timeout: float = 600.0
@@ -261,7 +273,7 @@ def grader_environment(env: dict[str, str]) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)}
 
 
-def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
+def _judge(task: Task, judge_job: dict[str, Any], gpu: str, gate: GpuGate | None) -> dict[str, Any]:
     path = task.run / "judge.json"
     path.write_text(json.dumps(judge_job), encoding="utf-8")
     if task.settings.device != "gpu":
@@ -273,12 +285,12 @@ def _judge(task: Task, judge_job: dict[str, Any]) -> dict[str, Any]:
     # Only judges write this cache, and only from course-built TTGIR (keyed by its hash), so it is shared.
     cache = task.judge_cache or scratch / "triton-cache"
     env = grader_environment(dict(os.environ, TRITON_CACHE_DIR=str(cache),
-                                  CUDA_VISIBLE_DEVICES=gpu_nodes.cuda_visible(task.gpu or "0")))
+                                  CUDA_VISIBLE_DEVICES=gpu_nodes.cuda_visible(gpu)))
     # setpriv --pdeathsig: the judge dies with the grader, even when the grader is killed outright.
     guard = [setpriv, "--pdeathsig", "KILL", "--"] if (setpriv := shutil.which("setpriv")) else []
     try:
         return watchdog.run([*guard, sys.executable, "-P", "-m", JUDGE_MODULE, str(path)], judge_job, env, scratch,
-                            task.run / "judge.log", task.settings.judge_timeout)
+                            task.run / "judge.log", task.settings.judge_timeout, gate, gpu)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -324,8 +336,20 @@ def _cpu_replays(jobs: list[dict[str, Any]], exported: dict[str, Any]) -> list[d
     return replays
 
 
-def run_task(task: Task) -> Graded:
-    """Run, build and judge one notebook; never raises for anything the notebook does."""
+@dataclass
+class Staged:
+    """One notebook between its stages: what its run gave, and what the next stage needs."""
+
+    outcome: Outcome
+    jobs: list[dict[str, Any]]
+    exported: dict[str, Any]
+    replay_error: str | None = None
+    failed: Graded | None = None  # set when a stage failed the grader: nothing left to judge
+
+
+def run_stage(task: Task, pause: Pausable | None = None) -> Staged:
+    """The notebook's run in the sandbox with the recording cell (on its GPU, shared); never raises for anything
+    the notebook does. ``pause``: its handle at the GPU gate."""
     task.run.mkdir(parents=True, exist_ok=True)
     for stale in ("executed.ipynb", "outcome.json", "verdict.json"):
         (task.run / stale).unlink(missing_ok=True)
@@ -337,7 +361,7 @@ def run_task(task: Task) -> Graded:
         request = _recording_request(jobs, task.plan, task.settings.device, scratch)
         (scratch / "request.json").write_text(json.dumps(request), encoding="utf-8")
         nbformat.write(with_recording_cell(task.notebook, scratch / "request.json"), str(scratch / "submission.ipynb"))
-        outcome = execute(_job(task, scratch, task.run / "sandbox.log"))
+        outcome = execute(_job(task, scratch, task.run / "sandbox.log"), pause)
         _keep(scratch, task.run)
         exported = judge.read_export(task.run / "export")
         recording = exported.get("seconds")
@@ -345,6 +369,13 @@ def run_task(task: Task) -> Graded:
             outcome.timings["recording"] = recording
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return Staged(outcome, jobs, exported)
+
+
+def build_stage(task: Task, staged: Staged) -> Staged:
+    """The CPU's part (no GPU): the kernels built from source in a fresh sandbox and, on a GPU, compiled for it
+    by the grader; on a CPU the plans replayed on the judge's inputs through the interpreter."""
+    outcome, jobs = staged.outcome, staged.jobs
     on_gpu = task.settings.device == "gpu"
     # On a CPU the kernels are built (for a nominal GPU) only where an exercise bans some call: the ban is
     # checked on the compiled kernel (grader.ir_rules).
@@ -358,9 +389,9 @@ def run_task(task: Task) -> Graded:
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
         if built.status != results.OK:  # no kernel can be judged: nothing here is the student's zero
-            return Graded(_grader_fault(outcome, built.message), None, outcome.status)
-    replay_error = None
-    replayed = [] if on_gpu else _cpu_replays(jobs, exported)
+            staged.failed = Graded(_grader_fault(outcome, built.message), None, outcome.status)
+            return staged
+    replayed = [] if on_gpu else _cpu_replays(jobs, staged.exported)
     if replayed:  # the plans run again on the judge's inputs, in a sandbox holding only the kernels' source
         fresh = sandbox.make_scratch("gpu-course-replay-")
         try:
@@ -368,23 +399,37 @@ def run_task(task: Task) -> Graded:
             done = replay_cpu(_job(task, fresh, task.run / "replay.log"), task.run / "sanitized.ipynb",
                               task.run / "export" / "export.json", replayed, task.run / "replayed",
                               task.settings.cell_timeout + REPLAY_START_SECONDS)
-            replay_error = done.message or None
+            staged.replay_error = done.message or None
             outcome.timings.update(done.timings)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
+    return staged
+
+
+def judge_stage(task: Task, staged: Staged, gpu: str | None = None, gate: GpuGate | None = None) -> Graded:
+    """The judge's checks and timings (on a GPU: ``gpu``, held alone at ``gate`` while it replays and times)."""
+    if staged.failed is not None:
+        return staged.failed
+    outcome = staged.outcome
     judge_job = {"device": task.settings.device, "export": str(task.run / "export"), "built": str(task.run / "built"),
                  "notebook": str(task.run / "sanitized.ipynb"),
-                 "reference": task.reference, "run_seed": task.run_seed, "student": task.key, "kernels": jobs,
+                 "reference": task.reference, "run_seed": task.run_seed, "student": task.key, "kernels": staged.jobs,
                  "tests": task.plan.tests, "verdict": str(task.run / "verdict.json"),
                  "checkpoints": str(task.run / "judge-parts"), "watchdog": _replay_watchdog(task),
-                 "replayed": str(task.run / "replayed"), "replay_error": replay_error}
-    verdict = _judge(task, judge_job)
+                 "replayed": str(task.run / "replayed"), "replay_error": staged.replay_error}
+    verdict = _judge(task, judge_job, gpu or task.gpu or "0", gate)
     results.write_json_atomic(task.run / "verdict.json", verdict)
     for name, seconds in (verdict.get("seconds") or {}).items():
         outcome.timings[name] = float(seconds)
     if verdict.get("error"):
         return Graded(_grader_fault(outcome, str(verdict["error"])), verdict, outcome.status)
     return Graded(outcome, verdict)
+
+
+def run_task(task: Task) -> Graded:
+    """Run, build and judge one notebook, one stage after the other; never raises for anything the notebook does."""
+    staged = run_stage(task)
+    return judge_stage(task, build_stage(task, staged))
 
 
 def _unjudged(outcome: Outcome, verdict: dict[str, Any] | None) -> str:
@@ -565,41 +610,98 @@ def _reference_problem(graded: Graded, jobs: list[dict[str, Any]]) -> str | None
     return None
 
 
-def reference_runs(out: Path, notebooks: list[CourseNotebook], settings: Settings, run_seed: int,
-                   hide: list[str], log: Callable[[str], None]) -> dict[str, dict[str, str]]:
-    """Run and build each reference solution on this GPU (once per OUT, device and grader version).
+def _reference_where(out: Path, notebook: CourseNotebook) -> Path:
+    return out / "reference" / notebook.assignment / notebook.name
 
-    A reference that cannot be graded maps to ``{"error": why}``: its students are not graded (grader_error).
-    """
-    found = {}
-    for notebook in notebooks:
-        where = out / "reference" / notebook.assignment / notebook.name
-        marker = where / "device.txt"
-        stamp = f"{settings.device_name}\n{GRADER_VERSION}\n{json.dumps(settings.bench_shapes)}\n"
-        if settings.force or not marker.exists() or marker.read_text() != stamp:
-            log(f"recording the reference solution {notebook.key} on {settings.device_name}")
-            where.mkdir(parents=True, exist_ok=True)
-            marker.unlink(missing_ok=True)
-            solution = nbformat.read(str(notebook.solution_path), as_version=4)
-            nbformat.write(solution, str(where / "sanitized.ipynb"))
-            task = Task("reference", solution, notebook_plan(notebook), where, settings, run_seed, hide,
-                        bench_only=True, gpu="0")
-            try:
-                graded = run_task(task)
-                problem = _reference_problem(graded, kernel_calls(notebook, settings, run_seed, "reference", True))
-            except Exception as error:  # the grader's own failure: the same stop
-                problem = f"{type(error).__name__}: {error}"
-            if problem:
-                why = f"the reference solution of {notebook.key} could not be graded on {settings.device_name} " \
-                      f"({problem}); none of its submissions was graded (see {where})"
-                settings.notes.append(why)
-                log(f"GRADER ERROR: {why}")
-                found[notebook.key] = {"error": why}
-                continue
-            marker.write_text(stamp)
-        found[notebook.key] = {"export": str(where / "export"), "built": str(where / "built"),
-                               "verdict": str(where / "verdict.json")}
-    return found
+
+def _reference_stamp(settings: Settings) -> str:
+    return f"{settings.device_name}\n{GRADER_VERSION}\n{json.dumps(settings.bench_shapes)}\n"
+
+
+def _reference_paths(where: Path) -> dict[str, str]:
+    return {"export": str(where / "export"), "built": str(where / "built"), "verdict": str(where / "verdict.json")}
+
+
+def reference_task(out: Path, notebook: CourseNotebook, settings: Settings, run_seed: int,
+                   hide: list[str]) -> Task | None:
+    """The run of ``notebook``'s reference solution on this GPU, or None when OUT has it already (same device,
+    grader version and benchmark shapes)."""
+    where = _reference_where(out, notebook)
+    marker = where / "device.txt"
+    if not settings.force and marker.exists() and marker.read_text() == _reference_stamp(settings):
+        return None
+    where.mkdir(parents=True, exist_ok=True)
+    marker.unlink(missing_ok=True)
+    solution = nbformat.read(str(notebook.solution_path), as_version=4)
+    nbformat.write(solution, str(where / "sanitized.ipynb"))
+    return Task("reference", solution, notebook_plan(notebook), where, settings, run_seed, hide, bench_only=True)
+
+
+def reference_result(out: Path, notebook: CourseNotebook, settings: Settings, run_seed: int,
+                     graded: Graded | None, log: Callable[[str], None]) -> dict[str, str]:
+    """What the students of ``notebook`` are judged against: the reference's paths, or ``{"error": why}`` when
+    it could not be graded (then none of them is: grader_error). ``graded``: its run now (None: kept in OUT)."""
+    where = _reference_where(out, notebook)
+    if graded is None:
+        return _reference_paths(where)
+    try:
+        problem = _reference_problem(graded, kernel_calls(notebook, settings, run_seed, "reference", True))
+    except Exception as error:  # the grader's own failure: the same stop
+        problem = f"{type(error).__name__}: {error}"
+    if problem:
+        why = f"the reference solution of {notebook.key} could not be graded on {settings.device_name} " \
+              f"({problem}); none of its submissions was graded (see {where})"
+        settings.notes.append(why)
+        log(f"GRADER ERROR: {why}")
+        return {"error": why}
+    (where / "device.txt").write_text(_reference_stamp(settings))
+    return _reference_paths(where)
+
+
+class GradingStages:
+    """This module's stages, as ``grader.schedule`` runs them."""
+
+    def run(self, task: Task, gpu: str | None, pause: Pausable | None) -> Staged:
+        return run_stage(task, pause)
+
+    def build(self, task: Task, staged: Staged) -> Staged:
+        return build_stage(task, staged)
+
+    def judge(self, task: Task, staged: Staged, gpu: str | None, gate: GpuGate | None) -> Graded:
+        return judge_stage(task, staged, gpu, gate)
+
+    def fault(self, stage: str, error: BaseException) -> Graded:
+        return Graded(Outcome(results.GRADER_ERROR, f"a grader fault, not the notebook's: its {stage} stage failed: "
+                                                    f"{type(error).__name__}: {error}"[:600]), None)
+
+
+def _with_reference(task: Task, reference: dict[str, str]) -> tuple[Task | None, Graded | None]:
+    if "error" in reference:
+        return None, Graded(Outcome(results.GRADER_ERROR, reference["error"]), None)
+    return replace(task, reference=reference), None
+
+
+def visible_gpus() -> tuple[str, ...]:
+    import torch
+
+    return tuple(str(i) for i in range(torch.cuda.device_count()))
+
+
+def limits_for(settings: Settings) -> Limits:
+    """The stages' concurrency: the TA's settings, else what the machine's CPUs and GPUs allow."""
+    cpus = len(os.sched_getaffinity(0))
+    if settings.device != "gpu":
+        runs = settings.runs or min(2, cpus)
+        return Limits((), runs, settings.builds or runs, 1)
+    gpus = settings.gpus or visible_gpus()
+    unknown = sorted(set(gpus) - set(visible_gpus()))
+    if unknown:
+        raise UnknownGpu(f"--gpus names {', '.join(unknown)}, which this process does not see (it sees "
+                         f"{', '.join(visible_gpus()) or 'none'})")
+    if settings.schedule == "serial":
+        return Limits(gpus[:1], 1, 1, 1)
+    runs = settings.runs or max(1, min(RUNS_PER_GPU * len(gpus), cpus // 3))
+    return Limits(tuple(gpus), runs, settings.builds or max(1, cpus // 4), settings.judges_per_gpu)
 
 
 def grade(submissions_root: Path, out: Path, settings: Settings,
@@ -607,9 +709,9 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
           ) -> list[NotebookResult]:
     """Grade every submission under ``submissions_root`` into ``out``; returns all results."""
     _check_sandbox(settings, log)
-    slots = local_slots(settings.device, settings.jobs)
+    limits = limits_for(settings)
     if settings.cpus_per_run is None:
-        settings = replace(settings, cpus_per_run=sandbox.default_cpus_per_run(len(slots)))
+        settings = replace(settings, cpus_per_run=sandbox.default_cpus_per_run(limits.runs + limits.builds))
     for stale in sandbox.cleanup_stale():
         log(f"removed {stale}, left by a grader that was stopped")
     out.mkdir(parents=True, exist_ok=True)
@@ -630,10 +732,6 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     hide = [str(p) for p in (SOLUTIONS, submissions_root.resolve(), out.resolve())]
     needed = sorted({(s.assignment, s.notebook) for s in todo if s.path})
     plans = {f"{a}/{n}": notebook_plan(find_course_notebook(a, n)) for a, n in needed}
-    reference: dict[str, dict[str, str]] = {}
-    if settings.device == "gpu" and needed:
-        reference = reference_runs(out, [find_course_notebook(a, n) for a, n in needed], settings, run_seed,
-                                   hide, log)
 
     def finish(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None) -> None:
         result.student_id, result.submitted_file = submission.student_id, submission.submitted_file
@@ -643,56 +741,92 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
         results.write_json_atomic(result_path(out, submission), result.to_json())
 
     done = 0
-    tasks: list[tuple[Submission, Task]] = []
-    notes: dict[str, list[str]] = {}
-    for submission in todo:
-        if submission.path is None:
-            result = _missing_or_unreadable(submission, submission.status or results.MISSING,
-                                            submission.found or "no notebook was submitted", settings)
-        elif "error" in reference.get(f"{submission.assignment}/{submission.notebook}", {}):
-            result = _missing_or_unreadable(submission, results.GRADER_ERROR,
-                                            reference[f"{submission.assignment}/{submission.notebook}"]["error"],
-                                            settings)
-        else:
-            cleaned = sanitize(submission.path, submission.assignment, submission.notebook, submission.student, url)
-            if cleaned.notebook is not None:
-                run = run_dir(out, submission)
-                run.mkdir(parents=True, exist_ok=True)
-                nbformat.write(cleaned.notebook, str(run / "sanitized.ipynb"))
-                notes[submission.key] = cleaned.notes
-                key = f"{submission.assignment}/{submission.notebook}"
-                tasks.append((submission, Task(submission.student_id, cleaned.notebook, plans[key], run, settings,
-                                               run_seed, hide, reference=reference.get(key),
-                                               judge_cache=out / "judge-cache")))
-                continue
-            result = _missing_or_unreadable(submission, cleaned.status, cleaned.message, settings)
-        finish(submission, result, None)
+
+    def finished(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None) -> None:
+        nonlocal done
+        finish(submission, result, notebook)
         done += 1
         if progress:
             progress(done, len(todo), result)
 
-    tasks_by_key = {s.key: task for s, task in tasks}
-    for submission, graded in run_local(tasks, slots, run=run_task):
-        task = tasks_by_key[submission.key]
-        try:
-            if not isinstance(graded, Graded):  # the worker itself failed: an Outcome saying how
-                graded = Graded(graded, None)
-            result = _result(submission, graded, task.plan, task.notebook, settings, run_seed, notes[submission.key])
-        except Exception as error:  # a result the scorer cannot make must not stop the batch
-            result = _missing_or_unreadable(
-                submission, results.GRADER_ERROR, f"scoring failed: {type(error).__name__}: {error}", settings)
-        try:
-            result.stopped_at, result.failure_tail = describe_failed_run(task.run, graded.run_status
-                                                                         or graded.outcome.status)
-        except Exception as error:  # describing a failure must never stop the batch either
-            result.failure_tail = f"(the executed notebook could not be read: {type(error).__name__})"
-        if result.stopped_at and result.status != results.OK:
-            result.message = f"{result.message}; it stopped in {result.stopped_at}".lstrip("; ")
-        finish(submission, result, task.notebook)
-        done += 1
-        if progress:
-            progress(done, len(todo), result)
+    began = time.monotonic()
+    gate = GpuGate(gpu_idle.idle) if settings.device == "gpu" and settings.schedule == "pipeline" else None
+    tasks: dict[str, tuple[Submission, Task, list[str]]] = {}
+    with Scheduler(limits, GradingStages(), gate, one_at_a_time=settings.schedule == "serial") as scheduler:
+        references: dict[str, Future] = {}
+        for assignment, name in needed if settings.device == "gpu" else []:
+            notebook = find_course_notebook(assignment, name)
+            references[notebook.key] = _reference_future(scheduler, out, notebook, settings, run_seed, hide, log)
+        futures: dict[Future, str] = {}
+        for submission in todo:
+            key = f"{submission.assignment}/{submission.notebook}"
+            if submission.path is None:
+                finished(submission, _missing_or_unreadable(submission, submission.status or results.MISSING,
+                                                            submission.found or "no notebook was submitted",
+                                                            settings), None)
+                continue
+            cleaned = sanitize(submission.path, submission.assignment, submission.notebook, submission.student, url)
+            if cleaned.notebook is None:
+                finished(submission, _missing_or_unreadable(submission, cleaned.status, cleaned.message, settings),
+                         None)
+                continue
+            run = run_dir(out, submission)
+            run.mkdir(parents=True, exist_ok=True)
+            nbformat.write(cleaned.notebook, str(run / "sanitized.ipynb"))
+            task = Task(submission.student_id, cleaned.notebook, plans[key], run, settings, run_seed, hide,
+                        judge_cache=out / "judge-cache")
+            tasks[submission.key] = (submission, task, cleaned.notes)
+            futures[scheduler.submit(task, references.get(key), _with_reference)] = submission.key
+        for future in as_completed(futures):
+            submission, task, notes = tasks[futures[future]]
+            finished(submission, _graded_result(submission, future.result(), task, settings, run_seed, notes),
+                     task.notebook)
+    _write_schedule(out, settings, limits, began, len(futures))
     return load_results(out)
+
+
+def _reference_future(scheduler: Scheduler, out: Path, notebook: CourseNotebook, settings: Settings, run_seed: int,
+                      hide: list[str], log: Callable[[str], None]) -> Future:
+    """The future of what ``notebook``'s students are judged against (its reference solution, graded first)."""
+    ready: Future = Future()
+    task = reference_task(out, notebook, settings, run_seed, hide)
+    if task is None:
+        ready.set_result(reference_result(out, notebook, settings, run_seed, None, log))
+        return ready
+    log(f"recording the reference solution {notebook.key} on {settings.device_name}")
+
+    def judged(graded: Future) -> None:
+        try:
+            ready.set_result(reference_result(out, notebook, settings, run_seed, graded.result(), log))
+        except Exception as error:  # the students then get grader_error, never wait forever
+            ready.set_result({"error": f"the reference solution of {notebook.key} failed: {error}"})
+
+    scheduler.submit(task).add_done_callback(judged)
+    return ready
+
+
+def _graded_result(submission: Submission, graded: Graded, task: Task, settings: Settings, run_seed: int,
+                   notes: list[str]) -> NotebookResult:
+    try:
+        result = _result(submission, graded, task.plan, task.notebook, settings, run_seed, notes)
+    except Exception as error:  # a result the scorer cannot make must not stop the batch
+        result = _missing_or_unreadable(
+            submission, results.GRADER_ERROR, f"scoring failed: {type(error).__name__}: {error}", settings)
+    try:
+        result.stopped_at, result.failure_tail = describe_failed_run(task.run, graded.run_status
+                                                                     or graded.outcome.status)
+    except Exception as error:  # describing a failure must never stop the batch either
+        result.failure_tail = f"(the executed notebook could not be read: {type(error).__name__})"
+    if result.stopped_at and result.status != results.OK:
+        result.message = f"{result.message}; it stopped in {result.stopped_at}".lstrip("; ")
+    return result
+
+
+def _write_schedule(out: Path, settings: Settings, limits: Limits, began: float, graded: int) -> None:
+    """OUT/schedule.json: how this batch was graded and how long it took (``bench/grading_throughput.py`` reads it)."""
+    results.write_json_atomic(out / "schedule.json", {
+        "schedule": settings.schedule, "device": settings.device_name, "wall_seconds": time.monotonic() - began,
+        "notebooks": graded, "limits": limits.describe(), "cpus_per_run": settings.cpus_per_run})
 
 
 def _name_student(url: str, result: NotebookResult) -> None:

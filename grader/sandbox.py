@@ -36,6 +36,7 @@ from pathlib import Path
 import psutil
 
 from grader import gpu_nodes
+from grader.gpu_gate import Pausable
 
 SANDBOX_UID = 65534  # nobody
 OWNER_FILE = "owner.pid"
@@ -91,7 +92,7 @@ def unavailable_reason() -> str | None:
     scratch = make_scratch("gpu-course-probe-")
     try:
         log = scratch.parent / f"{scratch.name}.log"
-        result = _run([true], scratch, {"PATH": os.defpath}, Limits(seconds=60), log, (), (), (), None, True)
+        result = _run([true], scratch, {"PATH": os.defpath}, Limits(seconds=60), log, (), (), (), None, True, None)
         text = log.read_text(errors="replace").strip() if log.exists() else ""
         log.unlink(missing_ok=True)
     finally:
@@ -277,7 +278,7 @@ def _written_bytes(scratch: Path, log_path: Path, printed: Sequence[str] = ()) -
 
 class CpuPool:
     """Hands each sandboxed run a set of CPUs, the least used first: parallel runs get disjoint sets while there
-    are enough CPUs, and share them evenly when there are not. Thread-safe (the dispatcher runs jobs in threads)."""
+    are enough CPUs, and share them evenly when there are not. Thread-safe (the scheduler runs stages in threads)."""
 
     def __init__(self, cpus: Sequence[int]) -> None:
         self._users = dict.fromkeys(sorted(cpus), 0)
@@ -364,11 +365,13 @@ def _kill_everything(child: subprocess.Popen[bytes], seen: dict[int, psutil.Proc
 
 def run(argv: list[str], *, scratch: Path, env: dict[str, str], limits: Limits, log_path: Path,
         hide: Sequence[Path] = (), gpu: str | None = None, printed: Sequence[str] = (),
-        sandbox: bool = True) -> SandboxResult:
+        sandbox: bool = True, pause: Pausable | None = None) -> SandboxResult:
     """Run argv with cwd=scratch. ``gpu``: the grader's CUDA index of the one GPU the command may use (None: no GPU;
     inside, CUDA_VISIBLE_DEVICES names it by UUID). ``printed``: top-level scratch entries that count as printed
     output. sandbox=False runs it as a plain child process (the TA's explicit --no-sandbox), with the same limits
-    and kill-on-exit, and the GPU chosen by CUDA_VISIBLE_DEVICES only."""
+    and kill-on-exit, and the GPU chosen by CUDA_VISIBLE_DEVICES only. ``pause``: the run's handle at the GPU gate
+    (``grader.gpu_gate``), which may freeze the run while a judge times; frozen seconds do not count against the
+    time limit."""
     if not argv:
         raise ValueError("run() needs a command")
     if gpu is not None and not isinstance(gpu, str):
@@ -395,7 +398,7 @@ def run(argv: list[str], *, scratch: Path, env: dict[str, str], limits: Limits, 
         env = {**env, "CUDA_VISIBLE_DEVICES": ""}  # no GPU, also where no sandbox hides the nodes
     cpus = CPUS.take(limits.cpus) if limits.cpus is not None else None
     try:
-        return _run(argv, scratch, env, limits, Path(log_path), hide, devices, tuple(printed), cpus, sandbox)
+        return _run(argv, scratch, env, limits, Path(log_path), hide, devices, tuple(printed), cpus, sandbox, pause)
     finally:
         if cpus is not None:
             CPUS.give_back(cpus)
@@ -403,11 +406,14 @@ def run(argv: list[str], *, scratch: Path, env: dict[str, str], limits: Limits, 
 
 def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits, log_path: Path,
          hide: Sequence[Path], devices: Sequence[Path], printed: Sequence[str], cpus: Sequence[int] | None,
-         sandbox: bool) -> SandboxResult:
+         sandbox: bool, pausable: Pausable | None) -> SandboxResult:
     started = time.monotonic()
 
+    def running() -> float:  # the seconds the run could run: frozen time does not count
+        return time.monotonic() - started - (pausable.paused_seconds() if pausable is not None else 0.0)
+
     def result(status: str, returncode: int | None, message: str, peak: int = 0) -> SandboxResult:
-        return SandboxResult(status, returncode, message, time.monotonic() - started, peak)
+        return SandboxResult(status, returncode, message, running(), peak)
 
     def over_quota() -> str | None:
         output, files = _written_bytes(scratch, log_path, printed)
@@ -441,6 +447,8 @@ def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits
         finally:
             if sandbox:
                 os.close(status_write)
+    if pausable is not None:
+        pausable.attach(child.pid)
     seen: dict[int, psutil.Process] = {}
     peak, stopped, pause = 0, None, 0.005
     try:
@@ -451,7 +459,7 @@ def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits
             seen.update((process.pid, process) for process in processes)
             resident = _resident_bytes(processes)
             peak = max(peak, resident)
-            if time.monotonic() - started > limits.seconds:
+            if running() > limits.seconds:
                 stopped = "timeout"
             elif resident > limits.memory_bytes:
                 stopped = "memory"

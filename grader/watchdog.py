@@ -7,6 +7,11 @@ fail, saying why), and starts the judge again: what it had finished is kept in i
 answers' verdicts first of all, which the judge makes before any replay), and it goes on with the other
 functions. The judge's per-notebook limit stays the last resort; a judge that ends without a verdict
 outside a student's step is the grader's fault, reported as the verdict's ``error``.
+
+Before its GPU work the judge asks for the GPU alone on the same pipe; the watchdog takes it from the gate
+(``grader.gpu_gate``: the other users of that GPU are paused) and answers on a second pipe. The GPU is given
+back when the judge says so or ends, however it ends. The seconds waited for the GPU do not count against the
+judge's limit; the seconds it was held are the verdict's ``gpu_exclusive``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import judge, results
+from grader.gpu_gate import GpuGate, Hold
 
 
 @dataclass
@@ -43,13 +49,38 @@ class Ending:
     returncode: int | None = None
 
 
-def _parse(line: bytes, now: float) -> Step | None:
+def _parse(line: bytes, now: float) -> Step | str | None:
+    """A step, a request ("gpu" or "release"), or None for a line that is neither."""
     try:
         data = json.loads(line)
+        if data.get("request") in ("gpu", "release"):
+            return str(data["request"])
         seconds = data.get("seconds")
         return Step(data.get("spec"), str(data.get("step", "")), None if seconds is None else float(seconds), now)
     except (ValueError, TypeError, AttributeError):
         return None
+
+
+@dataclass
+class Alone:
+    """The judge's use of its GPU alone, across its starts: where to ask, and what the holds took."""
+
+    gate: GpuGate | None
+    gpu: str
+    waited: float = 0.0
+    drained: float = 0.0
+    held: float = 0.0
+    notes: list[str] | None = None
+
+    def seconds(self) -> dict[str, float]:
+        return {"gpu_exclusive": self.held, "drain": self.drained, "gpu_wait": self.waited}
+
+    def add(self, hold: Hold) -> None:
+        self.waited += hold.waited
+        self.drained += hold.drained
+        self.held += hold.held
+        if hold.drain_note:
+            self.notes = [*(self.notes or []), hold.drain_note]
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -59,15 +90,28 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, deadline: float) -> Ending:
+def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, deadline: float,
+                alone: Alone) -> Ending:
     """One start of the judge, watched until it exits, a step overruns, or the judge's deadline passes."""
     read_end, write_end = os.pipe()
+    grant_read, grant_write = os.pipe()
     try:
-        process = subprocess.Popen(command, cwd=cwd, env={**env, judge.WATCH_FD: str(write_end)}, stdout=log,
-                                   stderr=subprocess.STDOUT, pass_fds=(write_end,), start_new_session=True)
+        process = subprocess.Popen(command, cwd=cwd, env={**env, judge.WATCH_FD: str(write_end),
+                                                          judge.GRANT_FD: str(grant_read)},
+                                   stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end, grant_read),
+                                   start_new_session=True)
     finally:
         os.close(write_end)
+        os.close(grant_read)
     step, pending = None, b""
+    holding: contextlib.ExitStack | None = None
+
+    def give_back() -> None:
+        nonlocal holding
+        if holding is not None:
+            holding.close()
+            holding = None
+
     try:
         while True:
             now = time.monotonic()
@@ -88,25 +132,61 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
                 break
             *lines, pending = (pending + chunk).split(b"\n")
             for line in lines:
-                step = _parse(line, time.monotonic()) or step
+                parsed = _parse(line, time.monotonic())
+                if parsed == "gpu" and holding is None:
+                    holding = contextlib.ExitStack()
+                    asked = time.monotonic()
+                    hold = holding.enter_context(_exclusive(alone))
+                    deadline += time.monotonic() - asked  # waiting for the GPU is not the judge's time
+                    holding.callback(alone.add, hold)
+                    with contextlib.suppress(OSError):  # a judge that died meanwhile is seen below
+                        os.write(grant_write, b"1")
+                elif parsed == "release":
+                    give_back()
+                elif isinstance(parsed, Step):
+                    step = parsed
         try:
             return Ending("exited", step, process.wait(timeout=max(deadline - time.monotonic(), 0.0)))
         except subprocess.TimeoutExpired:
             return Ending("limit", step)
     finally:
         os.close(read_end)
+        os.close(grant_write)
         _kill(process)
+        give_back()
+
+
+@contextlib.contextmanager
+def _exclusive(alone: Alone) -> Any:
+    if alone.gate is None:  # no gate (one judge at a time, or tests): the GPU is given at once
+        yield Hold()
+        return
+    with alone.gate.exclusive(alone.gpu) as hold:
+        yield hold
 
 
 def run(command: list[str], job: dict[str, Any], env: dict[str, str], cwd: Path, log_path: Path,
-        limit: float) -> dict[str, Any]:
-    """The judge's verdict for ``job`` (``command`` runs it), every overrunning graded function stopped."""
+        limit: float, gate: GpuGate | None = None, gpu: str = "0") -> dict[str, Any]:
+    """The judge's verdict for ``job`` (``command`` runs it), every overrunning graded function stopped; its GPU
+    work done with ``gpu`` held alone at ``gate`` (None: no other user to pause)."""
+    alone = Alone(gate, gpu)
+    verdict = _run(command, job, env, cwd, log_path, limit, alone)
+    if alone.gate is not None:
+        seconds = verdict.get("seconds") if isinstance(verdict.get("seconds"), dict) else {}
+        verdict["seconds"] = {**seconds, **alone.seconds()}
+    if alone.notes:
+        verdict["gpu_notes"] = alone.notes
+    return verdict
+
+
+def _run(command: list[str], job: dict[str, Any], env: dict[str, str], cwd: Path, log_path: Path,
+         limit: float, alone: Alone) -> dict[str, Any]:
     saved = judge.Checkpoints(job["checkpoints"])
     deadline = time.monotonic() + limit
     stopped: list[str] = []
     with open(log_path, "ab") as log:
         for _ in range(2 * len(job["kernels"]) + 1):  # each new start has one more graded function finished
-            ending = _watch_once(command, env, cwd, log, deadline)
+            ending = _watch_once(command, env, cwd, log, deadline + alone.waited, alone)
             step = ending.step
             if ending.how == "exited" and ending.returncode == judge.START_AGAIN:
                 log.write(b"\n[watchdog] a CUDA error broke the judge's context: starting it again\n")

@@ -25,17 +25,25 @@ def _class(root, notebook, students=("alice", "bob")):
 
 
 def test_a_reference_that_cannot_be_graded_stops_its_students(tmp_path, monkeypatch):
-    ran = []
+    judged = []
 
-    def reference_without_a_verdict(task):
-        ran.append(task.key)
-        return Graded(Outcome(results.GRADER_ERROR, "a grader fault, not the notebook's: the judge ended without a "
-                                                   "verdict (exit code 1; see judge.log)"), None, results.OK)
+    class ReferenceWithoutAVerdict(pipeline.GradingStages):
+        def run(self, task, gpu, pause):
+            return pipeline.Staged(Outcome(results.OK), [], {})
 
-    monkeypatch.setattr(pipeline, "run_task", reference_without_a_verdict)
+        def build(self, task, staged):
+            return staged
+
+        def judge(self, task, staged, gpu, gate):
+            judged.append(task.key)
+            return Graded(Outcome(results.GRADER_ERROR, "a grader fault, not the notebook's: the judge ended without "
+                                                       "a verdict (exit code 1; see judge.log)"), None, results.OK)
+
+    monkeypatch.setattr(pipeline, "GradingStages", ReferenceWithoutAVerdict)
+    monkeypatch.setattr(pipeline, "visible_gpus", lambda: ("0",))
     settings = Settings("gpu", "GPU (a test)", sandbox=False)
     graded = grade(_class(tmp_path / "class", DAY7), tmp_path / "out", settings, log=lambda _: None)
-    assert ran == ["reference"]  # no student's notebook ran
+    assert judged == ["reference"]  # no student's notebook was judged
     day7 = [r for r in graded if r.notebook == DAY7.name]
     assert {r.student for r in day7} == {"alice", "bob"}
     for result in day7:

@@ -39,7 +39,7 @@ def graded(tmp_path_factory):
     _class(root)
     device, name = resolve_device("auto")
     notes = []
-    all_results = grade(root, out, Settings(device=device, device_name=name, jobs=2), log=notes.append)
+    all_results = grade(root, out, Settings(device=device, device_name=name, runs=2), log=notes.append)
     day7 = {r.student: r for r in all_results if f"{r.assignment}/{r.notebook}" == NOTEBOOK.key}
     return root, out, day7, notes, all_results
 

@@ -204,7 +204,7 @@ def batch(tmp_path_factory):
     root, out = tmp_path_factory.mktemp("bad-class"), tmp_path_factory.mktemp("bad-grades")
     expected = _bad_class(root)
     notes: list[str] = []
-    graded = grade(root, out, Settings("cpu", "CPU (Triton interpreter)", jobs=2, cell_timeout=20,
+    graded = grade(root, out, Settings("cpu", "CPU (Triton interpreter)", runs=2, cell_timeout=20,
                                        notebook_timeout=300), log=notes.append)
     return root, out, expected, {r.student: r for r in graded if r.notebook == NOTEBOOK.name}, notes
 

@@ -135,7 +135,7 @@ def demo_class(tmp_path_factory):
     stream, logged = io.StringIO(), []
     progress = _Progress(stream)
     started = time.monotonic()
-    all_results = grade(root, out, Settings(device=device, device_name=name, jobs=2), log=logged.append,
+    all_results = grade(root, out, Settings(device=device, device_name=name, runs=2), log=logged.append,
                         progress=progress)
     progress.close()
     index = feedback.write_pages(all_results, out)

@@ -1,0 +1,185 @@
+"""Who may use a GPU while a judge times on it: nobody else.
+
+Sandboxed notebook runs share their GPU; nothing they do is timed. A judge's timing must have the GPU alone,
+and a run cannot be asked to stop using it, so the gate freezes it: ``exclusive()`` stops every process of
+every run attached to that GPU (SIGSTOP, which no process can catch or ignore), waits until the GPU has
+finished the work those runs had already queued (``idle``), and lets them go on (SIGCONT) when the holder is
+done. One holder at a time per GPU; the others wait. A run attached while its GPU is held starts frozen.
+
+The seconds a run spends frozen are counted (``Pausable.paused_seconds``), so that its time limit counts only
+the time it could run. The cell limits inside a notebook are the notebook's own clock and do count them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import psutil
+
+IdleProbe = Callable[[str], bool | None]  # GPU index -> idle now? (None: cannot tell)
+DRAIN_POLL_SECONDS = 0.05
+DRAIN_LIMIT_SECONDS = 30.0
+SETTLE_SECONDS = 0.25  # without a probe: the wait that lets in-flight work of frozen runs end
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _signal_tree(pid: int, signum: int) -> None:
+    """Send ``signum`` to every process of the tree under ``pid``, parents first, until no new one appears
+    (a process signalled SIGSTOP cannot start another; one started before it stopped is found on the next look)."""
+    done: set[int] = set()
+    for _ in range(50):
+        fresh = [p for p in _tree(pid) if p.pid not in done]
+        if not fresh:
+            return
+        for process in fresh:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signum)
+            done.add(process.pid)
+
+
+@dataclass
+class Pausable:
+    """One run's processes, as the gate sees them: the root pid once started, and its frozen seconds."""
+
+    gpu: str
+    gate: GpuGate | None = None
+    pid: int | None = None
+    _paused_total: float = 0.0
+    _paused_since: float | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def attach(self, pid: int) -> None:
+        """The run's process exists now (frozen at once when its GPU is held)."""
+        if self.gate is None:
+            self.pid = pid
+        else:
+            self.gate.attach(self, pid)
+
+    def paused_seconds(self) -> float:
+        with self._lock:
+            ongoing = time.monotonic() - self._paused_since if self._paused_since is not None else 0.0
+            return self._paused_total + ongoing
+
+    def _freeze(self) -> None:
+        with self._lock:
+            if self.pid is None or self._paused_since is not None:
+                return
+            self._paused_since = time.monotonic()
+            _signal_tree(self.pid, signal.SIGSTOP)
+
+    def _thaw(self) -> None:
+        with self._lock:
+            if self._paused_since is None:
+                return
+            if self.pid is not None:
+                _signal_tree(self.pid, signal.SIGCONT)
+            self._paused_total += time.monotonic() - self._paused_since
+            self._paused_since = None
+
+
+@dataclass
+class Hold:
+    """One exclusive hold of a GPU: seconds waited for it, spent draining, and held in all (drain included)."""
+
+    waited: float = 0.0
+    drained: float = 0.0
+    held: float = 0.0
+    drain_note: str = ""
+
+
+class GpuGate:
+    """The shared and exclusive uses of the grader's GPUs (by CUDA index). Thread-safe."""
+
+    def __init__(self, idle: IdleProbe | None = None, drain_limit: float = DRAIN_LIMIT_SECONDS) -> None:
+        self._idle = idle
+        self._drain_limit = drain_limit
+        self._lock = threading.Lock()
+        self._exclusive: dict[str, threading.Lock] = {}
+        self._held: set[str] = set()
+        self._users: dict[str, list[Pausable]] = {}
+
+    def _gpu_lock(self, gpu: str) -> threading.Lock:
+        with self._lock:
+            return self._exclusive.setdefault(gpu, threading.Lock())
+
+    @contextlib.contextmanager
+    def shared(self, gpu: str) -> Iterator[Pausable]:
+        """A run's use of ``gpu``: ``attach(pid)`` the handle once its process exists; detached on leaving."""
+        user = Pausable(gpu, self)
+        with self._lock:
+            self._users.setdefault(gpu, []).append(user)
+        try:
+            yield user
+        finally:
+            with self._lock:
+                self._users[gpu].remove(user)
+            user._thaw()  # never leave a process stopped behind (the caller kills what remains)
+
+    def attach(self, user: Pausable, pid: int) -> None:
+        """The run's process exists now; frozen at once when its GPU is held."""
+        with self._lock:
+            user.pid = pid
+            held = user.gpu in self._held
+        if held:
+            user._freeze()
+
+    def busy(self, gpu: str) -> bool:
+        """Whether a holder has ``gpu`` alone right now."""
+        with self._lock:
+            return gpu in self._held
+
+    @contextlib.contextmanager
+    def exclusive(self, gpu: str) -> Iterator[Hold]:
+        """Hold ``gpu`` alone: the runs on it frozen and its queued work finished before this yields."""
+        hold = Hold()
+        asked = time.monotonic()
+        lock = self._gpu_lock(gpu)
+        lock.acquire()
+        began = time.monotonic()
+        hold.waited = began - asked
+        try:
+            with self._lock:
+                self._held.add(gpu)
+                users = list(self._users.get(gpu, []))
+            for user in users:
+                user._freeze()
+            hold.drain_note = self._drain(gpu)
+            hold.drained = time.monotonic() - began
+            yield hold
+        finally:
+            with self._lock:
+                self._held.discard(gpu)
+                users = list(self._users.get(gpu, []))
+            for user in users:
+                user._thaw()
+            hold.held = time.monotonic() - began
+            lock.release()
+
+    def _drain(self, gpu: str) -> str:
+        """Wait until ``gpu`` has no kernel running (two idle readings in a row); a note when that cannot be told."""
+        if self._idle is None:
+            time.sleep(SETTLE_SECONDS)
+            return "no GPU utilisation probe: waited a fixed moment for queued work"
+        deadline, idle_in_a_row = time.monotonic() + self._drain_limit, 0
+        while time.monotonic() < deadline:
+            idle = self._idle(gpu)
+            if idle is None:
+                time.sleep(SETTLE_SECONDS)
+                return "the GPU's utilisation could not be read: waited a fixed moment for queued work"
+            idle_in_a_row = idle_in_a_row + 1 if idle else 0
+            if idle_in_a_row >= 2:
+                return ""
+            time.sleep(DRAIN_POLL_SECONDS)
+        return f"the GPU was still busy {self._drain_limit:.0f} s after the other notebooks were paused"

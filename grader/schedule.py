@@ -1,0 +1,145 @@
+"""Grade many notebooks at once, each stage on the resource it needs, every timing on a GPU held alone.
+
+A notebook goes through three stages (``grader.pipeline``): its run in the sandbox (``runs`` at once over all
+GPUs, each on the GPU with the fewest runs; the runs of one GPU share it, and nothing they do is timed), its
+build (CPU only: ``builds`` at once), and its judge (``judges_per_gpu`` judge processes per GPU, each on the GPU
+with the fewest judges). A judge does its GPU work, the replays and the timings, with the GPU held alone at the
+gate (``grader.gpu_gate``): one holder per GPU at a time, the runs on that GPU paused meanwhile. A notebook's
+judge starts only once its reference solution is judged (the student's timings are compared with it).
+
+``one_at_a_time`` (the serial schedule) grades one notebook at a time, stage after stage, with nothing beside
+it: the baseline that the pipeline's verdicts and timing ratios are compared with
+(``bench/grading_throughput.py``).
+
+Every submitted notebook yields exactly one ``Graded``; a stage that raises yields a grader_error, never a lost
+notebook. Results come back through futures; the caller alone writes the gradebook.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from grader.gpu_gate import GpuGate, Pausable
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much of each resource the grading may use at once."""
+
+    gpus: tuple[str, ...]  # the grader's CUDA indices; () on a CPU
+    runs: int  # sandboxed notebook runs at once, over all GPUs
+    builds: int  # builds (and CPU replays) at once
+    judges_per_gpu: int = 2  # judge processes per GPU: one holds the GPU alone while the next prepares
+
+    def describe(self) -> dict[str, Any]:
+        return {"gpus": list(self.gpus), "runs": self.runs, "builds": self.builds,
+                "judges_per_gpu": self.judges_per_gpu}
+
+
+class Stages(Protocol):
+    """What one notebook's grading does at each stage (``grader.pipeline``'s functions, or a test's fakes)."""
+
+    def run(self, task: Any, gpu: str | None, pause: Pausable | None) -> Any: ...
+    def build(self, task: Any, staged: Any) -> Any: ...
+    def judge(self, task: Any, staged: Any, gpu: str | None, gate: GpuGate | None) -> Any: ...
+    def fault(self, stage: str, error: BaseException) -> Any: ...  # the result of a stage that raised
+
+
+# (task, what its reference's future gave) -> (the task to judge, None) or (None, its result without a judge)
+Prepare = Callable[[Any, Any], tuple[Any, Any]]
+
+
+class _Least:
+    """Hands out the GPU with the fewest current users of one kind (runs or judges)."""
+
+    def __init__(self, gpus: tuple[str, ...]) -> None:
+        self._users = dict.fromkeys(gpus, 0)
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def take(self) -> Any:
+        if not self._users:
+            yield None
+            return
+        with self._lock:
+            gpu = min(self._users, key=lambda g: (self._users[g], int(g) if g.isdigit() else 0))
+            self._users[gpu] += 1
+        try:
+            yield gpu
+        finally:
+            with self._lock:
+                self._users[gpu] -= 1
+
+
+class Scheduler:
+    """The three stages' pools; ``submit`` a notebook and get a future of its ``Graded``. Use as a context."""
+
+    def __init__(self, limits: Limits, stages: Stages, gate: GpuGate | None, one_at_a_time: bool = False) -> None:
+        self.limits = limits
+        self._stages = stages
+        self._gate = gate
+        # serial: a notebook's run starts only when the one before it is judged (submission order)
+        self._one = threading.Semaphore(1) if one_at_a_time else None
+        judges = limits.judges_per_gpu * max(1, len(limits.gpus))
+        self._runs = ThreadPoolExecutor(max(1, limits.runs), thread_name_prefix="run")
+        self._builds = ThreadPoolExecutor(max(1, limits.builds), thread_name_prefix="build")
+        self._judges = ThreadPoolExecutor(judges, thread_name_prefix="judge")
+        self._run_gpus, self._judge_gpus = _Least(limits.gpus), _Least(limits.gpus)
+
+    def __enter__(self) -> Scheduler:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for pool in (self._runs, self._builds, self._judges):
+            pool.shutdown(wait=True)
+
+    def submit(self, task: Any, reference: Future | None = None, prepare: Prepare | None = None) -> Future:
+        """Grade ``task``; its judge waits for ``reference`` and takes ``prepare(task, reference's result)``."""
+        done: Future = Future()
+
+        def guarded(stage: str, work: Callable[[], None]) -> Callable[[], None]:
+            def call() -> None:
+                try:
+                    work()
+                except Exception as error:  # any failure is this notebook's grader_error, never a lost notebook
+                    if not done.done():
+                        done.set_result(self._stages.fault(stage, error))
+            return call
+
+        def run() -> None:
+            if self._one is not None:
+                self._one.acquire()
+                done.add_done_callback(lambda _: self._one.release())
+            with self._run_gpus.take() as gpu:
+                shared = self._gate.shared(gpu) if self._gate is not None and gpu is not None \
+                    else contextlib.nullcontext(None)
+                with shared as pause:
+                    staged = self._stages.run(replace(task, gpu=gpu) if gpu is not None else task, gpu, pause)
+            self._builds.submit(guarded("build", lambda: build(staged)))
+
+        def build(staged: Any) -> None:
+            staged = self._stages.build(task, staged)
+            if reference is None:
+                self._judges.submit(guarded("judge", lambda: judge(task, staged)))
+            else:
+                reference.add_done_callback(lambda ready: self._judges.submit(
+                    guarded("judge", lambda: judge_after(ready, staged))))
+
+        def judge_after(ready: Future, staged: Any) -> None:
+            prepared, without_judge = prepare(task, ready.result()) if prepare is not None else (task, None)
+            if prepared is None:  # the reference failed: nothing is judged
+                done.set_result(without_judge)
+                return
+            judge(prepared, staged)
+
+        def judge(judged: Any, staged: Any) -> None:
+            with self._judge_gpus.take() as gpu:
+                done.set_result(self._stages.judge(judged, staged, gpu, self._gate))
+
+        self._runs.submit(guarded("run", run))
+        return done

@@ -1,0 +1,250 @@
+"""The pipeline's ordering rules, with fake GPU slots and real processes standing in for notebook runs.
+
+A fake run is a process that stamps the time (CLOCK_MONOTONIC, one clock for every process) into a file
+every few milliseconds, pinned to its slot through CUDA_VISIBLE_DEVICES; a fake judge holds its slot alone
+at the gate for a moment. What the rules promise is then read off the stamps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from grader import sandbox
+from grader.gpu_gate import GpuGate
+from grader.schedule import Limits, Scheduler
+
+STAMPER = """
+import os, sys, time
+end = time.monotonic() + float(sys.argv[2])
+with open(sys.argv[1], "w") as out:
+    out.write(os.environ.get("CUDA_VISIBLE_DEVICES", "") + "\\n")
+    while time.monotonic() < end:
+        out.write(f"{time.monotonic()}\\n")
+        out.flush()
+        time.sleep(0.002)
+"""
+
+
+def _stamps(path: Path) -> tuple[str, list[float]]:
+    first, *rest = path.read_text().splitlines()
+    return first, [float(line) for line in rest if line]
+
+
+def _inside(stamps: list[float], interval: tuple[float, float]) -> list[float]:
+    return [t for t in stamps if interval[0] <= t <= interval[1]]
+
+
+def test_a_held_gpu_pauses_the_runs_on_it_and_only_those(tmp_path):
+    gate = GpuGate(idle=lambda gpu: True)
+    runs = []
+    for name, gpu in (("a", "0"), ("b", "0"), ("c", "1")):
+        path = tmp_path / f"{name}.txt"
+        process = subprocess.Popen([sys.executable, "-c", STAMPER, str(path), "2.0"],
+                                   env={"CUDA_VISIBLE_DEVICES": gpu})
+        runs.append((name, gpu, path, process))
+    users = {}
+    contexts = []
+    for name, gpu, _, process in runs:
+        context = gate.shared(gpu)
+        users[name] = context.__enter__()
+        users[name].attach(process.pid)
+        contexts.append(context)
+    time.sleep(0.4)
+    with gate.exclusive("0") as hold:
+        began = time.monotonic()
+        time.sleep(0.6)
+        ended = time.monotonic()
+    for _, _, _, process in runs:
+        process.wait(timeout=30)
+    for context in contexts:
+        context.__exit__(None, None, None)
+    for name, gpu, path, _ in runs:
+        visible, stamps = _stamps(path)
+        assert visible == gpu
+        if gpu == "0":
+            assert _inside(stamps, (began, ended)) == [], f"run {name} ran while its GPU was held"
+            assert any(t > ended for t in stamps), f"run {name} was not let go on"
+            assert users[name].paused_seconds() >= 0.6
+        else:
+            assert len(_inside(stamps, (began, ended))) > 50  # the other GPU's run went on
+            assert users[name].paused_seconds() == 0.0
+    assert hold.held >= 0.6 and hold.drained < 0.5
+
+
+def test_a_run_attached_while_its_gpu_is_held_starts_paused(tmp_path):
+    gate = GpuGate(idle=lambda gpu: True)
+    path = tmp_path / "late.txt"
+    with gate.exclusive("0"):
+        began = time.monotonic()
+        with gate.shared("0") as user:
+            process = subprocess.Popen([sys.executable, "-c", STAMPER, str(path), "0.5"])
+            user.attach(process.pid)
+            time.sleep(1.0)
+            ended = time.monotonic()
+            assert process.poll() is None
+    process.wait(timeout=30)
+    _, stamps = _stamps(path)
+    assert stamps and _inside(stamps, (began, ended)) == []
+
+
+def test_the_gate_waits_for_the_gpu_to_finish_queued_work():
+    readings = iter([False, False, True, False, True, True])
+    gate = GpuGate(idle=lambda gpu: next(readings))
+    with gate.exclusive("0") as hold:
+        pass
+    assert next(readings, "used up") == "used up"  # two idle readings in a row were needed
+    assert hold.drain_note == ""
+    with GpuGate(idle=lambda gpu: None).exclusive("0") as unknown:
+        pass
+    assert "could not be read" in unknown.drain_note
+
+
+@pytest.mark.sandbox
+def test_frozen_time_does_not_count_against_a_sandboxed_runs_limit(tmp_path):
+    gate = GpuGate(idle=lambda gpu: True)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = {}
+
+    def run() -> None:
+        with gate.shared("0") as user:
+            result["run"] = sandbox.run([sys.executable, "-c", STAMPER, "stamps.txt", "1.5"], scratch=scratch,
+                                        env={"PATH": "/usr/bin:/bin"}, limits=sandbox.Limits(seconds=2.5),
+                                        log_path=tmp_path / "log.txt", pause=user)
+            result["paused"] = user.paused_seconds()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(1.0)
+    with gate.exclusive("0"):
+        began = time.monotonic()
+        time.sleep(2.0)  # the run's 2.5 s limit would pass while it is frozen
+        ended = time.monotonic()
+    thread.join(timeout=60)
+    assert result["run"].status == "ok", result["run"].message
+    _, stamps = _stamps(scratch / "stamps.txt")
+    assert stamps and _inside(stamps, (began, ended)) == []  # every process in the sandbox was paused
+    assert result["paused"] >= 2.0
+    assert result["run"].seconds < 2.5  # the seconds it could run
+
+
+@dataclass(frozen=True)
+class FakeTask:
+    key: str
+    notebook: str
+    folder: Path
+    gpu: str | None = None
+    reference: str | None = None
+
+
+class FakeStages:
+    """Runs are stamping processes; judges hold their slot alone for a moment; everything is logged."""
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.log: list[tuple] = []
+        self.lock = threading.Lock()
+        self.fail = fail
+
+    def record(self, *entry: object) -> None:
+        with self.lock:
+            self.log.append(entry)
+
+    def run(self, task, gpu, pause):
+        path = task.folder / f"{task.key}.txt"
+        began = time.monotonic()
+        process = subprocess.Popen([sys.executable, "-c", STAMPER, str(path), "0.3"],
+                                   env={"CUDA_VISIBLE_DEVICES": gpu or ""})
+        if pause is not None:
+            pause.attach(process.pid)
+        process.wait(timeout=60)
+        self.record("run", task.key, gpu, began, time.monotonic())
+        return path
+
+    def build(self, task, staged):
+        if task.key == self.fail:
+            raise RuntimeError("the build broke")
+        time.sleep(0.02)
+        return staged
+
+    def judge(self, task, staged, gpu, gate):
+        with gate.exclusive(gpu) if gate is not None else contextlib.nullcontext():
+            began = time.monotonic()
+            time.sleep(0.05)
+            ended = time.monotonic()
+        self.record("judge", task.key, gpu, began, ended, task.reference)
+        return ("graded", task.key)
+
+    def fault(self, stage, error):
+        return ("grader_error", stage, str(error))
+
+
+def _grade(tmp_path, limits, stages, gate, one_at_a_time=False, students=10):
+    with Scheduler(limits, stages, gate, one_at_a_time) as scheduler:
+        references = {}
+        for notebook in ("day6", "day7"):
+            ready = Future()
+            reference = FakeTask(f"reference-{notebook}", notebook, tmp_path)
+            scheduler.submit(reference).add_done_callback(lambda f, r=ready, n=notebook: r.set_result(f"ref-{n}"))
+            references[notebook] = ready
+        futures = {}
+        for i in range(students):
+            notebook = ("day6", "day7")[i % 2]
+            task = FakeTask(f"student{i}", notebook, tmp_path)
+            future = scheduler.submit(task, references[notebook], lambda t, r: (replace(t, reference=r), None))
+            futures[future] = task.key
+        done = {futures[f]: f.result(timeout=120) for f in futures}
+    return done
+
+
+def test_the_pipeline_grades_every_notebook_once_and_never_times_beside_a_run(tmp_path):
+    stages = FakeStages()
+    done = _grade(tmp_path, Limits(("0", "1"), runs=4, builds=2, judges_per_gpu=2), stages, GpuGate(lambda g: True))
+    assert done == {f"student{i}": ("graded", f"student{i}") for i in range(10)}
+    judges = [entry for entry in stages.log if entry[0] == "judge"]
+    assert sorted(entry[1] for entry in judges) == sorted(["reference-day6", "reference-day7", *done])  # once each
+    runs = [entry for entry in stages.log if entry[0] == "run"]
+    assert {entry[2] for entry in runs} == {"0", "1"} and {entry[2] for entry in judges} == {"0", "1"}
+    ended = {entry[1]: entry[4] for entry in judges}
+    for _, key, gpu, began, _, reference in judges:
+        if key.startswith("student"):
+            notebook = ("day6", "day7")[int(key.removeprefix("student")) % 2]
+            assert reference == f"ref-{notebook}" and began >= ended[f"reference-{notebook}"]
+        others = [j for j in judges if j[2] == gpu and j[1] != key]
+        assert all(j[4] <= began or j[3] >= ended[key] for j in others), "two judges held one GPU at once"
+        for _, run_key, run_gpu, *_ in runs:
+            visible, stamps = _stamps(tmp_path / f"{run_key}.txt")
+            assert visible == run_gpu  # each run pinned to its slot
+            if run_gpu == gpu:
+                assert _inside(stamps, (began, ended[key])) == [], f"{run_key} ran while {key} held GPU {gpu}"
+    overlapping = any(a[3] < b[4] and b[3] < a[4] for a in runs for b in runs if a is not b)
+    assert overlapping  # the runs did share the GPUs
+
+
+def test_the_serial_schedule_grades_one_notebook_at_a_time_in_order(tmp_path):
+    stages = FakeStages()
+    done = _grade(tmp_path, Limits(("0",), runs=1, builds=1, judges_per_gpu=1), stages, None, one_at_a_time=True,
+                  students=4)
+    assert set(done) == {f"student{i}" for i in range(4)}
+    spans: dict[str, list[float]] = {}
+    for entry in stages.log:
+        spans.setdefault(entry[1], []).extend(entry[3:5])
+    order = sorted(spans, key=lambda key: min(spans[key]))
+    assert order == ["reference-day6", "reference-day7", "student0", "student1", "student2", "student3"]
+    for first, second in zip(order, order[1:]):
+        assert max(spans[first]) <= min(spans[second]), f"{second} started before {first} was judged"
+
+
+def test_a_stage_that_fails_is_that_notebooks_grader_error_and_the_rest_are_graded(tmp_path):
+    stages = FakeStages(fail="student3")
+    done = _grade(tmp_path, Limits(("0",), runs=2, builds=1), stages, GpuGate(lambda g: True), students=6)
+    assert done.pop("student3") == ("grader_error", "build", "the build broke")
+    assert done == {f"student{i}": ("graded", f"student{i}") for i in (0, 1, 2, 4, 5)}
