@@ -40,12 +40,13 @@ from grader import demo  # noqa: E402
 from grader.layout import course_notebooks  # noqa: E402
 
 MODES = ("serial", "pipeline")
-MODEL = ("per GPU, the exclusive holds (E s per notebook) are serial; runs share the GPU, paused while a judge "
-         "holds it alone (their shared GPU use is not measured, assumed not the bottleneck); CPU stages (C = run - "
-         "frozen + build + compile + replay + judge, s per notebook) hold {cores:g} core(s) each while they run, "
-         "bounded by the host's cores; rate per GPU = min(3600 / E, 3600 x cores per GPU / ({cores:g} x C)); "
-         "class wall = the larger bound summed over its notebooks. Not modelled: the reference solutions' runs, "
-         "start-up, Slurm queueing and gathering.")
+MODEL = ("from each notebook's mean stage times: E = gpu_exclusive s (serial per GPU); R = the run's wall s "
+         "(frozen included; at most {runs:g} runs per GPU); B = build + compile + replay s (at most {builds:g} per "
+         "GPU); C = run - frozen + build + compile + replay + judge - gpu_wait s, {cores:g} core(s) per stage, over "
+         "the GPU's share of the host's cores. Wall on G GPUs = the largest of sum(E)/G, sum(C) x {cores:g} / "
+         "(cores per GPU x G), sum(R)/({runs:g} G), sum(B)/({builds:g} G). Runs share their GPU, paused while a judge "
+         "holds it; their shared GPU use is not measured and assumed not the bottleneck. Not modelled: the "
+         "reference solutions' runs, start-up, Slurm queueing and gathering.")
 
 
 def build_batch(work: Path, notebooks: list[str], students: list[str] | None, copies: int) -> Path:
@@ -96,6 +97,12 @@ def read_mode(work: Path, mode: str, notebooks: list[str]) -> dict[str, Any]:
             else "measured around the grader", "per_hour": tp.per_hour(len(records), wall) if records else None}
 
 
+def schedule_gpus(schedule: dict[str, Any] | None) -> list[Any] | None:
+    """The GPUs a run graded on, as its schedule.json lists them (None where it does not)."""
+    gpus = (schedule or {}).get("gpus", ((schedule or {}).get("limits") or {}).get("gpus"))
+    return gpus if isinstance(gpus, list) else None
+
+
 def mode_block(mode: str, data: dict[str, Any]) -> list[str]:
     records, schedule = data["records"], data["schedule"]
     counts: dict[str, int] = {}
@@ -105,7 +112,7 @@ def mode_block(mode: str, data: dict[str, Any]) -> list[str]:
     rate = f"{data['per_hour']:.0f} notebooks/h" if data["per_hour"] else "no rate"
     around = "" if schedule is None else f"; {data['run']['wall_seconds']:.1f} s measured around it"
     lines = [f"{mode}: {what}; wall {data['wall_seconds']:.1f} s ({data['wall_from']}{around}; grader exit "
-             f"{data['run']['returncode']}); {rate}" + (f"; GPUs {schedule.get('gpus')}" if schedule
+             f"{data['run']['returncode']}); {rate}" + (f"; limits {json.dumps(schedule.get('limits'))}" if schedule
                                                         else "; no schedule.json")]
     lines.append(f"  {'stage':<15}{'n':>4}{'absent':>8}{'mean':>9}{'median':>9}{'max':>9}")
     for s in tp.stage_stats(records):
@@ -141,8 +148,8 @@ def comparison(serial: dict[str, Any], pipeline: dict[str, Any],
     shown = [f"{k}: mean {v.mean:.1f} s, max {v.max:.1f} s over {v.count}" if v else f"{k}: not recorded"
              for k, v in exclusive.items()]
     lines.append("  GPU-exclusive seconds per notebook (pipeline): " + "; ".join(shown))
-    schedule = pipeline["schedule"]
-    gpus = len(schedule["gpus"]) if schedule and isinstance(schedule.get("gpus"), list) else None
+    listed = schedule_gpus(pipeline["schedule"])
+    gpus = len(listed) if listed is not None else None
     w1d7_rate = pipeline["per_hour"] if notebooks == [tp.W1D7] else None
     goals = tp.targets(second, w1d7_rate, gpus, verdicts, ratio_diffs)
     lines.append("targets (issue 16):")
@@ -160,14 +167,18 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
     class_notebooks = args.class_notebooks.split(",") if args.class_notebooks else \
         [nb.key for nb in course_notebooks() if not nb.name.startswith("bonus")]
     costs = tp.class_costs(class_notebooks, *measured)
-    per_gpu = args.node_cpus / args.node_gpus
-    machines = [tp.Machine(f"1 GPU, {args.host_cpus:g} cores", 1, args.host_cpus),
-                tp.Machine(f"1 node, {args.node_gpus} GPUs, {args.node_cpus:g} cores", args.node_gpus, per_gpu),
-                tp.Machine(f"Slurm, {args.cluster_nodes} such nodes", args.cluster_nodes * args.node_gpus, per_gpu)]
+    node_share = args.node_cpus / args.node_gpus
+    limits = {"runs_per_gpu": args.runs_per_gpu, "builds_per_gpu": args.builds_per_gpu}
+    machines = [tp.Machine(f"1 GPU, {args.host_cpus:g} cores", 1, args.host_cpus, **limits),
+                tp.Machine(f"1 node, {args.node_gpus} GPUs, {args.node_cpus:g} cores", args.node_gpus, node_share,
+                           **limits),
+                tp.Machine(f"Slurm, {args.cluster_nodes} such nodes", args.cluster_nodes * args.node_gpus, node_share,
+                           **limits)]
     results = [tp.project(costs, args.class_students, m, args.cores_per_stage) for m in machines]
+    model = MODEL.format(cores=args.cores_per_stage, runs=args.runs_per_gpu, builds=args.builds_per_gpu)
     lines = [f"projection: {args.class_students} students x {len(costs)} notebooks = "
              f"{args.class_students * len(costs)} notebooks",
-             "  model: " + MODEL.format(cores=args.cores_per_stage)]
+             "  model: " + model]
     by_source: dict[str, list[tp.NotebookCost]] = {}
     for cost in costs.values():
         by_source.setdefault(cost.source, []).append(cost)
@@ -175,15 +186,17 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
         stage = "/".join(sorted({c.exclusive_stage for c in group}))
         stage += ": the judge's wall time, an upper bound" if "judge" in stage else ""
         if group[0].samples:
-            shown = ", ".join(f"{c.notebook} E {c.exclusive:.1f} C {c.cpu:.1f} ({c.samples})" for c in group)
+            shown = ", ".join(f"{c.notebook} E {c.exclusive:.1f} R {c.run:.1f} B {c.build:.1f} C {c.cpu:.1f} "
+                              f"({c.samples})" for c in group)
         else:  # extrapolated: every one has the same cost
-            shown = f"E {group[0].exclusive:.1f} C {group[0].cpu:.1f} for " + ", ".join(c.notebook for c in group)
+            shown = (f"E {group[0].exclusive:.1f} R {group[0].run:.1f} B {group[0].build:.1f} C {group[0].cpu:.1f} "
+                     "for " + ", ".join(c.notebook for c in group))
         lines.append(f"  {source} (E from {stage}; s per notebook, results): {shown}")
-    lines.append(f"  {'where':<28}{'wall h':>8}{'GPU-bound h':>13}{'CPU-bound h':>13}{'per GPU /h':>12}")
+    lines.append(f"  {'hours on':<28}{'wall':>7}{'bound':>8}" + "".join(f"{k:>8}" for k in results[0].bounds)
+                 + f"{'per GPU/h':>11}")
     for result in results:
-        lines.append(f"  {result.machine.name:<28}{result.wall_seconds / 3600:>8.2f}"
-                     f"{result.gpu_bound_seconds / 3600:>13.2f}{result.cpu_bound_seconds / 3600:>13.2f}"
-                     f"{result.per_gpu_hour:>12.0f}")
+        lines.append(f"  {result.machine.name:<28}{result.wall_seconds / 3600:>7.2f}{result.bound:>8}"
+                     + "".join(f"{v / 3600:>8.2f}" for v in result.bounds.values()) + f"{result.per_gpu_hour:>11.0f}")
     node = results[1]
     devices = sorted({c.device for c in costs.values() if c.samples})
     if args.class_students == 300 and len(costs) == 14 and args.node_gpus == 8:
@@ -193,22 +206,25 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
                      f"(projected {node.wall_seconds / 3600:.2f} h)")
     check = None
     if batch and batch["records"]:
-        gpus = batch["schedule"].get("gpus") if batch["schedule"] else None
-        count = len(gpus) if isinstance(gpus, list) and gpus else 1
-        check = {"model_seconds": tp.batch_model_seconds(batch["records"], count, args.host_cpus,
-                                                         args.cores_per_stage),
-                 "measured_seconds": batch["wall_seconds"], "gpus": count}
-        lines.append(f"  the model on the measured pipeline batch ({count} GPU(s), {args.host_cpus:g} cores): "
+        limits = (batch["schedule"] or {}).get("limits") or {}
+        count = len(schedule_gpus(batch["schedule"]) or [0])
+        machine = tp.Machine("the measured batch", count, args.host_cpus / count,
+                             limits.get("runs", args.runs_per_gpu * count) / count,
+                             limits.get("builds", args.builds_per_gpu * count) / count)
+        check = {"model_seconds": tp.batch_model_seconds(batch["records"], machine, args.cores_per_stage),
+                 "measured_seconds": batch["wall_seconds"], "machine": asdict(machine)}
+        lines.append(f"  the model on the measured pipeline batch ({count} GPU(s), {args.host_cpus:g} cores, "
+                     f"{machine.runs_per_gpu * count:g} runs, {machine.builds_per_gpu * count:g} builds): "
                      f"{check['model_seconds']:.0f} s; measured {check['measured_seconds']:.0f} s")
     lines.append(f"  measured on: {', '.join(devices)}" + ("; a CPU's numbers, not a GPU's" if any(
         d.startswith("CPU") for d in devices) else ""))
-    data = {"model": MODEL.format(cores=args.cores_per_stage),
+    data = {"model": model,
             "parameters": {k: getattr(args, k) for k in ("class_students", "host_cpus", "node_cpus", "node_gpus",
-                                                          "cluster_nodes", "cores_per_stage")},
+                                                          "cluster_nodes", "cores_per_stage", "runs_per_gpu",
+                                                          "builds_per_gpu")},
             "class_notebooks": class_notebooks, "costs": {k: asdict(v) for k, v in costs.items()},
             "machines": [{**asdict(r.machine), "wall_seconds": r.wall_seconds, "bound": r.bound,
-                          "gpu_bound_seconds": r.gpu_bound_seconds, "cpu_bound_seconds": r.cpu_bound_seconds,
-                          "notebooks_per_gpu_hour": r.per_gpu_hour} for r in results],
+                          "bounds_seconds": r.bounds, "notebooks_per_gpu_hour": r.per_gpu_hour} for r in results],
             "batch_check": check}
     return lines, data
 
@@ -241,6 +257,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-nodes", type=int, default=4, help="nodes of the Slurm cluster (default: %(default)s)")
     p.add_argument("--cores-per-stage", type=float, default=1.0,
                    help="cores a CPU stage holds while it runs (default: %(default)s)")
+    p.add_argument("--runs-per-gpu", type=float, default=4.0,
+                   help="runs at once per GPU in the projection (default: %(default)s, the grader's default --runs "
+                        "where the CPUs allow)")
+    p.add_argument("--builds-per-gpu", type=float, default=4.0,
+                   help="builds at once per GPU in the projection (default: %(default)s, the grader's default "
+                        "--builds with 16 cores per GPU)")
     return p
 
 

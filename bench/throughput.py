@@ -3,17 +3,19 @@ project the grading time of a class from the measured per-notebook stage times.
 
 Nothing here runs the grader or touches a GPU; every function takes results (or their folder) and returns data.
 
-The projection model (stated again in the script's output):
-- Each notebook costs E seconds of its GPU held alone (the timings' "gpu_exclusive"; where no result of the
-  measurement recorded it, the judge's whole wall time, "judge", an upper bound) and C core-seconds of CPU:
-  the sandboxed run less the time it was frozen ("notebook" - "frozen"), the build, the TTGIR compile, the CPU
-  replay and the judge process ("judge", its waits included: an upper bound), each stage holding
-  ``cores_per_stage`` cores while it runs.
-- Per GPU the exclusive holds are serial; runs share the GPU and are paused during exclusive holds, and their
-  shared use of the GPU is assumed not to be the bottleneck (it is not measured).
-- CPU stages are bounded by the host's cores: a GPU's share is the host's cores divided by its GPUs.
-- Throughput per GPU is the smaller of the GPU-bound rate (3600 / E) and the CPU-bound rate
-  (3600 x cores per GPU / C); a class's wall time is the larger of its two bounds, summed over its notebooks.
+The projection model (stated again in the script's output), from each notebook's mean measured stage times:
+- E: seconds its judge held the GPU alone ("gpu_exclusive", drain included; where no result of a measurement
+  recorded it, the judge's whole wall time "judge", an upper bound). Per GPU the exclusive holds are serial.
+- R: its run's wall time ("notebook", frozen time included): at most ``runs_per_gpu`` runs share a GPU (the
+  grader's --runs); runs are paused while a judge holds their GPU, and their shared use of the GPU is assumed
+  not to be the bottleneck (it is not measured).
+- B: its build's wall time ("build" + "compile" + "replay"): at most ``builds_per_gpu`` at once per GPU (--builds).
+- C: its CPU core-seconds: the run less its frozen time, the build, the TTGIR compile, the CPU replay and the
+  judge less its wait for the GPU gate ("gpu_wait", inside the judge's wall time), each stage holding
+  ``cores_per_stage`` cores while it runs; a GPU's share of the host's cores is the host's cores over its GPUs.
+- A class's wall time on G GPUs is the largest of four bounds, each summed over the class's notebooks:
+  GPU  sum(E) / G;  CPU  sum(C) x cores_per_stage / (cores per GPU x G);  runs  sum(R) / (runs_per_gpu x G);
+  builds  sum(B) / (builds_per_gpu x G). Throughput is notebooks over that wall time.
 - Not modelled: the reference solutions' runs (once per notebook and OUT), start-up, and for Slurm the tasks'
   queueing and start and the gathering of results.
 """
@@ -34,6 +36,7 @@ STAGES = ("notebook", "kernel_start", "recording", "frozen", "build", "compile",
 # The stages the grader is meant to write (issue 16): any of them no result recorded is named in the output.
 EXPECTED = ("notebook", "build", "compile", "replay", "judge", "gpu_exclusive", "gpu_wait", "frozen")
 CPU_STAGES = ("notebook", "build", "compile", "replay", "judge")
+BUILD_STAGES = ("build", "compile", "replay")
 MISSING = "missing"  # a result for a notebook nobody submitted: nothing ran, nothing to time
 
 
@@ -264,13 +267,18 @@ def targets(pipeline: Sequence[Record], w1d7_per_hour: float | None, gpus: int |
 # ---- the projection ---------------------------------------------------------------------------------------
 
 
+COST_PARTS = ("exclusive", "cpu", "run", "build")  # E, C, R, B
+
+
 @dataclass(frozen=True)
 class NotebookCost:
-    """What grading one notebook costs, per student: GPU seconds held alone and CPU core-seconds."""
+    """What grading one notebook costs (the means over its measured results), in the model's terms."""
 
     notebook: str
-    exclusive: float
-    cpu: float
+    exclusive: float  # E: GPU seconds held alone
+    cpu: float  # C: CPU core-seconds (at one core per stage)
+    run: float  # R: the run's wall seconds, frozen time included
+    build: float  # B: the build's wall seconds
     samples: int
     source: str  # where the numbers come from
     exclusive_stage: str  # "gpu_exclusive", or "judge" where no result recorded gpu_exclusive (an upper bound)
@@ -278,9 +286,13 @@ class NotebookCost:
 
 
 def cpu_seconds(record: Record) -> float:
-    """CPU seconds of one notebook's stages: the run less its frozen time, build, compile, replay and judge."""
+    """C of one notebook: its run less its frozen time, build, compile, replay, and judge less its gpu_wait."""
     spent = sum(record.timings.get(s, 0.0) for s in CPU_STAGES)
-    return spent - record.timings.get("frozen", 0.0)
+    return spent - record.timings.get("frozen", 0.0) - record.timings.get("gpu_wait", 0.0)
+
+
+def build_seconds(record: Record) -> float:
+    return sum(record.timings.get(s, 0.0) for s in BUILD_STAGES)
 
 
 def exclusive_stage(records: Sequence[Record]) -> str:
@@ -298,7 +310,9 @@ def notebook_costs(records: Sequence[Record], source: str) -> dict[str, Notebook
     for notebook, group in sorted(by_notebook.items()):
         stage = exclusive_stage(group)
         costs[notebook] = NotebookCost(notebook, statistics.fmean(r.timings.get(stage, 0.0) for r in group),
-                                       statistics.fmean(cpu_seconds(r) for r in group), len(group), source, stage,
+                                       statistics.fmean(cpu_seconds(r) for r in group),
+                                       statistics.fmean(r.timings.get("notebook", 0.0) for r in group),
+                                       statistics.fmean(build_seconds(r) for r in group), len(group), source, stage,
                                        ", ".join(sorted({r.device for r in group if r.device})))
     return costs
 
@@ -319,19 +333,22 @@ def class_costs(notebooks: Sequence[str], *measured: dict[str, NotebookCost]) ->
     for notebook in notebooks:
         if notebook not in found:
             found[notebook] = NotebookCost(
-                notebook, statistics.fmean(c.exclusive for c in known), statistics.fmean(c.cpu for c in known), 0,
-                f"EXTRAPOLATED: not measured; the mean of {names}",
+                notebook, *(statistics.fmean(getattr(c, part) for c in known) for part in COST_PARTS),
+                0, f"EXTRAPOLATED: not measured; the mean of {names}",
                 "/".join(sorted({c.exclusive_stage for c in known})))
     return {n: found[n] for n in notebooks}
 
 
 @dataclass(frozen=True)
 class Machine:
-    """Where a class is graded: ``gpus`` GPUs in all, each with ``cores_per_gpu`` host cores."""
+    """Where a class is graded: ``gpus`` GPUs in all, and per GPU its share of the host's cores and of the
+    grader's concurrency limits."""
 
     name: str
     gpus: int
     cores_per_gpu: float
+    runs_per_gpu: float = 4.0  # the grader's default --runs: 4 per GPU (while the CPUs allow)
+    builds_per_gpu: float = 4.0  # the grader's default --builds: a quarter of the CPUs (16 cores per GPU here)
 
 
 @dataclass(frozen=True)
@@ -339,35 +356,40 @@ class Projection:
     machine: Machine
     students: int
     notebooks: int
-    gpu_bound_seconds: float  # the class's exclusive seconds over the GPUs
-    cpu_bound_seconds: float  # the class's CPU core-seconds over the cores
+    bounds: dict[str, float]  # "GPU", "CPU", "runs", "builds" -> the class's seconds under that bound alone
 
     @property
     def wall_seconds(self) -> float:
-        return max(self.gpu_bound_seconds, self.cpu_bound_seconds)
+        return max(self.bounds.values())
 
     @property
     def bound(self) -> str:
-        return "GPU" if self.gpu_bound_seconds >= self.cpu_bound_seconds else "CPU"
+        return max(self.bounds, key=lambda k: self.bounds[k])
 
     @property
     def per_gpu_hour(self) -> float:
         return per_hour(self.students * self.notebooks, self.wall_seconds) / self.machine.gpus
 
 
+def model_bounds(exclusive: float, cpu: float, run: float, build: float, machine: Machine,
+                 cores_per_stage: float = 1.0) -> dict[str, float]:
+    """Seconds under each bound for work totalling these seconds (E, C, R, B) on ``machine``."""
+    g = machine.gpus
+    return {"GPU": exclusive / g, "CPU": cpu * cores_per_stage / (machine.cores_per_gpu * g),
+            "runs": run / (machine.runs_per_gpu * g), "builds": build / (machine.builds_per_gpu * g)}
+
+
 def project(costs: dict[str, NotebookCost], students: int, machine: Machine,
             cores_per_stage: float = 1.0) -> Projection:
     """The wall time of ``students`` x the notebooks in ``costs`` on ``machine`` (the model in this module's
     docstring)."""
-    exclusive = students * sum(c.exclusive for c in costs.values())
-    cpu = students * sum(c.cpu for c in costs.values()) * cores_per_stage
-    return Projection(machine, students, len(costs), exclusive / machine.gpus,
-                      cpu / (machine.cores_per_gpu * machine.gpus))
+    totals = [students * sum(getattr(c, part) for c in costs.values()) for part in COST_PARTS]
+    return Projection(machine, students, len(costs), model_bounds(*totals, machine, cores_per_stage))
 
 
-def batch_model_seconds(records: Sequence[Record], gpus: int, host_cores: float,
-                        cores_per_stage: float = 1.0) -> float:
+def batch_model_seconds(records: Sequence[Record], machine: Machine, cores_per_stage: float = 1.0) -> float:
     """What the model says a measured batch should take (to set beside its measured wall time)."""
     stage = exclusive_stage(records)
-    exclusive = sum(r.timings.get(stage, 0.0) for r in records)
-    return max(exclusive / gpus, sum(cpu_seconds(r) for r in records) * cores_per_stage / host_cores)
+    totals = (sum(r.timings.get(stage, 0.0) for r in records), sum(cpu_seconds(r) for r in records),
+              sum(r.timings.get("notebook", 0.0) for r in records), sum(build_seconds(r) for r in records))
+    return max(model_bounds(*totals, machine, cores_per_stage).values())

@@ -139,50 +139,59 @@ def test_targets_not_measured_say_so_rather_than_pass_or_fail():
     assert unknown.met is True and "not recorded" in unknown.measured
 
 
-def test_a_notebooks_cost_is_its_exclusive_seconds_and_cpu_seconds_less_frozen_time():
+def test_a_notebooks_cost_is_the_mean_of_its_stage_times_in_the_models_terms():
     records = [record("a", timings={"notebook": 30.0, "frozen": 5.0, "build": 10.0, "compile": 2.0, "judge": 12.0,
                                     "gpu_exclusive": 6.0, "gpu_wait": 4.0}),
                record("b", timings={"notebook": 8.0})]  # crashed in its run: no build, no judge
-    assert tp.cpu_seconds(records[0]) == 49.0
+    assert tp.cpu_seconds(records[0]) == 30.0 - 5.0 + 10.0 + 2.0 + 12.0 - 4.0
+    assert tp.build_seconds(records[0]) == 12.0
     cost = tp.notebook_costs(records, "batch")[tp.W1D7]
-    assert (cost.exclusive, cost.cpu, cost.samples, cost.exclusive_stage) == (3.0, 28.5, 2, "gpu_exclusive")
-    assert cost.device == H100
+    assert (cost.exclusive, cost.cpu, cost.run, cost.build) == (3.0, 26.5, 19.0, 6.0)
+    assert (cost.samples, cost.exclusive_stage, cost.device) == (2, "gpu_exclusive", H100)
     judged_only = tp.notebook_costs([record(timings={"notebook": 30.0, "judge": 12.0})], "old")[tp.W1D7]
     assert (judged_only.exclusive, judged_only.exclusive_stage) == (12.0, "judge")
 
 
+def cost(notebook: str, exclusive: float, cpu: float, run: float = 20.0, build: float = 10.0,
+         source: str = "m") -> tp.NotebookCost:
+    return tp.NotebookCost(notebook, exclusive, cpu, run, build, 1, source, "gpu_exclusive")
+
+
 def test_class_costs_take_each_notebook_from_the_first_measurement_and_name_what_they_extrapolate():
-    batch = {tp.W1D7: tp.NotebookCost(tp.W1D7, 6.0, 40.0, 12, "batch", "gpu_exclusive")}
-    whole = {tp.W1D7: tp.NotebookCost(tp.W1D7, 9.0, 50.0, 6, "from", "gpu_exclusive"),
-             DAY1: tp.NotebookCost(DAY1, 2.0, 20.0, 3, "from", "gpu_exclusive")}
+    batch = {tp.W1D7: cost(tp.W1D7, 6.0, 40.0, source="batch")}
+    whole = {tp.W1D7: cost(tp.W1D7, 9.0, 50.0, source="from"), DAY1: cost(DAY1, 2.0, 20.0, 10.0, 0.0, "from")}
     costs = tp.class_costs([DAY1, tp.W1D7, "week2/day5_tma"], batch, whole)
     assert list(costs) == [DAY1, tp.W1D7, "week2/day5_tma"]
     assert costs[tp.W1D7].source == "batch" and costs[DAY1].source == "from"
     guessed = costs["week2/day5_tma"]
-    assert (guessed.exclusive, guessed.cpu, guessed.samples) == (4.0, 30.0, 0)
+    assert (guessed.exclusive, guessed.cpu, guessed.run, guessed.build, guessed.samples) == (4.0, 30.0, 15.0, 5.0, 0)
     assert guessed.source.startswith("EXTRAPOLATED") and DAY1 in guessed.source and tp.W1D7 in guessed.source
     with pytest.raises(ValueError, match="no notebook"):
         tp.class_costs(["week2/day5_tma"], {})
 
 
-def test_the_projection_is_the_larger_of_the_gpu_and_cpu_bounds():
-    costs = {f"nb{i}": tp.NotebookCost(f"nb{i}", 6.0, 45.0, 1, "m", "gpu_exclusive") for i in range(14)}
-    one = tp.project(costs, 300, tp.Machine("1", 1, 16))
-    assert one.gpu_bound_seconds == 300 * 14 * 6.0 and one.cpu_bound_seconds == 300 * 14 * 45.0 / 16
+def test_the_projection_is_the_largest_of_its_four_bounds():
+    costs = {f"nb{i}": cost(f"nb{i}", 6.0, 45.0, run=20.0, build=10.0) for i in range(14)}
+    one = tp.project(costs, 300, tp.Machine("1", 1, 16, runs_per_gpu=4, builds_per_gpu=4))
+    n = 300 * 14
+    assert one.bounds == {"GPU": n * 6.0, "CPU": n * 45.0 / 16, "runs": n * 20.0 / 4, "builds": n * 10.0 / 4}
     assert one.bound == "GPU" and one.wall_seconds == 25200.0 and one.per_gpu_hour == pytest.approx(600.0)
     node = tp.project(costs, 300, tp.Machine("node", 8, 16))
     assert node.wall_seconds == 3150.0
-    cluster = tp.project(costs, 300, tp.Machine("slurm", 32, 16))
-    assert cluster.wall_seconds == 787.5
+    assert tp.project(costs, 300, tp.Machine("slurm", 32, 16)).wall_seconds == 787.5
     starved = tp.project(costs, 300, tp.Machine("node", 8, 4))
-    assert starved.bound == "CPU" and starved.wall_seconds == 300 * 14 * 45.0 / 32
+    assert starved.bound == "CPU" and starved.wall_seconds == n * 45.0 / 32
     assert tp.project(costs, 300, tp.Machine("node", 8, 4), cores_per_stage=2).wall_seconds == 2 * starved.wall_seconds
+    few_runs = tp.project(costs, 300, tp.Machine("node", 8, 16, runs_per_gpu=2))
+    assert few_runs.bound == "runs" and few_runs.wall_seconds == n * 20.0 / 16
 
 
 def test_the_model_applied_to_a_measured_batch():
     records = [record(timings={"notebook": 20.0, "judge": 10.0, "gpu_exclusive": 5.0}) for _ in range(4)]
-    assert tp.batch_model_seconds(records, 1, 16) == 20.0  # GPU: 4 x 5 s; CPU: 4 x 30 s over 16 cores
-    assert tp.batch_model_seconds(records, 1, 2) == 60.0
+    # GPU: 4 x 5 s; CPU: 4 x 30 s over 16 cores; runs: 4 x 20 s over 4 at once
+    assert tp.batch_model_seconds(records, tp.Machine("m", 1, 16, runs_per_gpu=8)) == 20.0
+    assert tp.batch_model_seconds(records, tp.Machine("m", 1, 16, runs_per_gpu=2)) == 40.0
+    assert tp.batch_model_seconds(records, tp.Machine("m", 1, 2, runs_per_gpu=8)) == 60.0
 
 
 def _graded_work(work: Path, pipeline_scores: dict[str, float | None], pipeline_rate: float) -> None:
@@ -198,8 +207,8 @@ def _graded_work(work: Path, pipeline_scores: dict[str, float | None], pipeline_
         write_result(out, "fast_correct-c1", DAY1, status="missing", scores={})
         (work / f"{mode}.json").write_text(json.dumps({"command": ["x"], "returncode": 0, "wall_seconds": wall + 5}))
         if mode == "pipeline":
-            (out / "schedule.json").write_text(json.dumps({"schedule": "pipeline", "gpus": [0],
-                                                           "wall_seconds": wall, "notebooks": 2}))
+            (out / "schedule.json").write_text(json.dumps({"schedule": "pipeline", "wall_seconds": wall, "notebooks": 2,
+                                                           "limits": {"gpus": ["0"], "runs": 4, "builds": 4}}))
 
 
 def test_the_script_reports_both_runs_their_differences_targets_and_projection(tmp_path, capsys):
@@ -218,9 +227,12 @@ def test_the_script_reports_both_runs_their_differences_targets_and_projection(t
     assert list(marks.values()) == ["met", "NOT MET", "NOT MET", "met"]
     assert report["modes"]["pipeline"]["notebooks"] == 2 and report["comparison"]["seeds"] == [7]
     node = report["projection"]["machines"][1]
-    # 14 notebooks, each E = 8 s and C = 25 - 2 + 13 + 7 + 11 = 54 s; 16 cores per GPU
-    assert node["gpu_bound_seconds"] == 300 * 14 * 8.0 / 8 and node["cpu_bound_seconds"] == 300 * 14 * 54.0 / 128
-    assert report["projection"]["batch_check"] == {"model_seconds": 16.0, "measured_seconds": 40.0, "gpus": 1}
+    # 14 notebooks, each E = 8 s, C = 25 - 2 + 13 + 7 + 11 = 54 s, R = 25 s, B = 20 s; 8 GPUs, 128 cores
+    assert node["bounds_seconds"] == {"GPU": 4200 * 8.0 / 8, "CPU": 4200 * 54.0 / 128, "runs": 4200 * 25.0 / 32,
+                                      "builds": 4200 * 20.0 / 32}
+    assert node["bound"] == "GPU" and "limits" in printed
+    check = report["projection"]["batch_check"]
+    assert (check["model_seconds"], check["measured_seconds"]) == (16.0, 40.0)  # 2 x 8 s of the GPU alone
 
 
 def test_the_projection_alone_from_a_graded_class(tmp_path, capsys):
@@ -233,7 +245,7 @@ def test_the_projection_alone_from_a_graded_class(tmp_path, capsys):
     assert "projection: 100 students x 2 notebooks" in printed and "comparison" not in printed
     assert "the judge's wall time, an upper bound" in printed and "EXTRAPOLATED" not in printed
     one = json.loads((tmp_path / "r.json").read_text())["projection"]["machines"][0]
-    assert one["gpu_bound_seconds"] == 100 * 12.0 and one["cpu_bound_seconds"] == 100 * 42.0 / 16
+    assert one["bounds_seconds"]["GPU"] == 100 * 12.0 and one["bounds_seconds"]["CPU"] == 100 * 42.0 / 16
 
 
 def test_without_both_runs_the_script_says_so(tmp_path):
