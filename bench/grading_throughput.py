@@ -10,6 +10,9 @@ serial.json, pipeline.json (each run's command, exit status and wall time measur
 use the same seed; ``--grade-args`` goes to the pipeline run only, ``--common-args`` to both.
 ``--reuse`` analyses WORK's earlier runs without grading; ``--project`` prints only the projection.
 
+A run's wall time is its schedule.json's (the grader's own, around its scheduler: on a GPU the reference
+solutions' runs included) where the grader wrote one, else the time measured around the grader.
+
 Prints one table of per-stage seconds per run, one comparison block (verdicts, timing ratios, GPU-exclusive
 seconds, issue 16's targets) and one projection block: the wall time of a class (300 students x the course's 14
 days by default) on 1 GPU, one 8-GPU node and a Slurm cluster of 4 such nodes. The model is in
@@ -182,7 +185,7 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
     by_source: dict[str, list[tp.NotebookCost]] = {}
     for cost in costs.values():
         by_source.setdefault(cost.source, []).append(cost)
-    for source, group in by_source.items():
+    for source, group in sorted(by_source.items(), key=lambda sourced: sourced[1][0].samples == 0):
         stage = "/".join(sorted({c.exclusive_stage for c in group}))
         stage += ": the judge's wall time, an upper bound" if "judge" in stage else ""
         if group[0].samples:

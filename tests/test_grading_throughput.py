@@ -104,7 +104,7 @@ def test_ratio_differences_are_relative_to_the_serial_run_and_largest_first():
     diffs = tp.ratio_differences(serial, pipeline)
     assert len(diffs) == 4  # two rows of a, two ratios each
     top = diffs[0]
-    assert (top.student, top.ratio, top.shape) == ("a", "student/baseline", "[4096, 4096, 4096]")
+    assert (top.student, top.ratio, top.shape) == ("a", "student/baseline", "[4096,4096,4096]")
     assert top.relative == pytest.approx(abs(800 / 1020 - 0.8) / 0.8)
     assert [d.relative for d in diffs[1:]] == [0.0, 0.0, 0.0]
 
@@ -124,6 +124,12 @@ def test_targets_are_met_or_not_from_the_measurement():
     far = [tp.RatioDifference("a", tp.W1D7, "spec", "[1]", "student/baseline", 1.0, 1.04)]
     differ = [tp.VerdictDifference("a", tp.W1D7, "t", 2.0, 0.0)]
     assert [t.met for t in tp.targets(slow, 250.0, 1, differ, far)] == [False, False, False, False]
+
+
+def test_a_ratio_timed_in_one_run_only_misses_the_ratio_target():
+    once = [tp.RatioDifference("a", tp.W1D7, "spec", "[1]", "student/baseline", 1.0, None)]
+    found = tp.targets([record(timings={"gpu_exclusive": 5.0})], 400.0, 1, [], once)[3]
+    assert found.met is False and "timed in one run only" in found.measured
 
 
 def test_targets_not_measured_say_so_rather_than_pass_or_fail():
@@ -222,6 +228,7 @@ def test_the_script_reports_both_runs_their_differences_targets_and_projection(t
     assert "verdicts: 1 DIFFER" in printed and "fast_correct-c2 week1/day7_fast_matmul test_a: 2.0 -> 0.0" in printed
     assert "largest difference 2.0%" in printed
     assert "EXTRAPOLATED" in printed and "week2/day7_optimized_gemm" in printed
+    assert printed.index("measured in the pipeline batch") < printed.index("EXTRAPOLATED")
     report = json.loads((tmp_path / "r.json").read_text())
     marks = {t["name"]: t["mark"] for t in report["comparison"]["targets"]}
     assert list(marks.values()) == ["met", "NOT MET", "NOT MET", "met"]
@@ -279,3 +286,20 @@ def test_end_to_end_on_a_cpu(tmp_path, capsys):
     assert report["comparison"]["verdict_differences"] == [] and report["comparison"]["items_compared"] > 0
     assert "verdicts: identical" in printed and "a CPU's numbers, not a GPU's" in printed
     assert [t["met"] for t in report["comparison"]["targets"]][1:] == [None, True, None]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_on_a_gpu_the_pipeline_gives_the_serial_verdicts_and_records_its_exclusive_seconds(tmp_path):
+    """Two W1D7 students graded serially and through the pipeline on one GPU: the same verdicts, every ratio timed
+    in both runs, and each judged notebook's GPU-exclusive seconds recorded by the pipeline."""
+    assert script.main(["--notebooks", tp.W1D7, "--students", "fast_correct,slow_correct", "--device", "gpu",
+                        "--grade-args", "--gpus 0", "--work", str(tmp_path), "--json", str(tmp_path / "r.json")]) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [report["modes"][m]["run"]["returncode"] for m in ("serial", "pipeline")] == [0, 0]
+    assert report["comparison"]["verdict_differences"] == []
+    diffs = report["comparison"]["ratio_differences"]
+    assert diffs and all(math.isfinite(d["relative"]) for d in diffs)
+    pipeline = tp.read_results(tmp_path / "pipeline", [tp.W1D7])
+    assert len(pipeline) == 2 and all(r.timings.get("gpu_exclusive", 0) > 0 for r in pipeline)
