@@ -319,8 +319,18 @@ def test_grade_help_shows_every_default(capsys):
         cli.main(["grade", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for default in ("(default: 600;", "(default: 1800;", "(default: 900;", "(default: 8;", "(default: auto)",
-                    "(default: build/grades)", "(default: drawn afresh", "(default: one per GPU"):
+                    "(default: build/grades)", "(default: drawn afresh", "(default: 4 per GPU", "(default: pipeline;",
+                    "(default: every visible GPU;", "(default: a quarter of the CPUs"):
         assert default in text, default
+
+
+def test_make_passes_the_schedule():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    command = subprocess.run(["make", "-n", "grade", "SCHEDULE=serial", "GPUS=0,1", "RUNS=8", "BUILDS=3"],
+                             capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent,
+                             env=env).stdout
+    for flag in ("--schedule serial", "--gpus 0,1", "--runs 8", "--builds 3"):
+        assert flag in command
 
 
 def test_make_passes_the_limits_and_tolerates_only_the_demo_class():

@@ -8,6 +8,7 @@ at the gate for a moment. What the rules promise is then read off the stamps.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import subprocess
 import sys
 import threading
@@ -239,7 +240,7 @@ def test_the_serial_schedule_grades_one_notebook_at_a_time_in_order(tmp_path):
         spans.setdefault(entry[1], []).extend(entry[3:5])
     order = sorted(spans, key=lambda key: min(spans[key]))
     assert order == ["reference-day6", "reference-day7", "student0", "student1", "student2", "student3"]
-    for first, second in zip(order, order[1:]):
+    for first, second in itertools.pairwise(order):
         assert max(spans[first]) <= min(spans[second]), f"{second} started before {first} was judged"
 
 
