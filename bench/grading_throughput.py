@@ -5,9 +5,9 @@
         [--from OUT_OF_THE_WHOLE_DEMO_CLASS]
 
 Writes WORK (default build/throughput): demo/ (the demo class), batch/ (the copies, ``<student>-c<k>``),
-serial/ and pipeline/ (the two grade runs' OUT folders, wiped first), serial.log, pipeline.log and
-serial.json, pipeline.json (each run's command, exit status and wall time measured around it). Both runs
-use the same seed; ``--grade-args`` goes to the pipeline run only, ``--common-args`` to both.
+batch.json (what the batch holds), serial/ and pipeline/ (the two grade runs' OUT folders, wiped first),
+serial.log, pipeline.log and serial.json, pipeline.json (each run's command, exit status and wall time measured
+around it). Both runs use the same seed; ``--grade-args`` goes to the pipeline run only, ``--common-args`` to both.
 ``--reuse`` analyses WORK's earlier runs without grading; ``--project`` prints only the projection.
 
 A run's wall time is its schedule.json's (the grader's own, around its scheduler: on a GPU the reference
@@ -235,7 +235,8 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--copies", type=int, default=1, help="copies of each demo student (default: %(default)s)")
-    p.add_argument("--notebooks", default=tp.W1D7, help="comma-separated notebook keys (default: %(default)s)")
+    p.add_argument("--notebooks", default=None,
+                   help=f"comma-separated notebook keys (default: {tp.W1D7}; with --reuse, those WORK's batch had)")
     p.add_argument("--students", default=None, help="comma-separated demo students (default: all of them)")
     p.add_argument("--seed", type=int, default=20261126, help="the secret seed of both runs (default: %(default)s)")
     p.add_argument("--device", default="auto", help="the grader's --device (default: %(default)s)")
@@ -271,15 +272,22 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    notebooks = args.notebooks.split(",")
+    work: Path = args.work.resolve()
+    if args.notebooks:
+        notebooks = args.notebooks.split(",")
+    elif args.reuse and (work / "batch.json").is_file():
+        notebooks = json.loads((work / "batch.json").read_text(encoding="utf-8"))["notebooks"]
+    else:
+        notebooks = [tp.W1D7]
     known = {nb.key for nb in course_notebooks()}
     if set(notebooks) - known:
         raise SystemExit(f"not a course notebook: {', '.join(sorted(set(notebooks) - known))}")
-    work: Path = args.work.resolve()
     grade = not (args.reuse or args.project)
     if grade:
         work.mkdir(parents=True, exist_ok=True)
         batch = build_batch(work, notebooks, args.students.split(",") if args.students else None, args.copies)
+        (work / "batch.json").write_text(json.dumps({"notebooks": notebooks, "copies": args.copies,
+                                                     "students": sorted(p.name for p in batch.iterdir())}))
         for mode in MODES:
             run_grader(work, batch, mode, args)
     report: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}

@@ -242,6 +242,16 @@ def test_the_script_reports_both_runs_their_differences_targets_and_projection(t
     assert (check["model_seconds"], check["measured_seconds"]) == (16.0, 40.0)  # 2 x 8 s of the GPU alone
 
 
+def test_reuse_analyses_the_notebooks_the_batch_held(tmp_path, capsys):
+    write_result(tmp_path / "serial", "a", DAY1, timings={"notebook": 9.0})
+    write_result(tmp_path / "pipeline", "a", DAY1, timings={"notebook": 9.0})
+    for mode in ("serial", "pipeline"):
+        (tmp_path / f"{mode}.json").write_text(json.dumps({"command": [], "returncode": 0, "wall_seconds": 36.0}))
+    (tmp_path / "batch.json").write_text(json.dumps({"notebooks": [DAY1], "copies": 1, "students": ["a"]}))
+    assert script.main(["--reuse", "--work", str(tmp_path)]) == 0
+    assert f"pipeline: 1 x {DAY1}; wall 36.0 s" in capsys.readouterr().out
+
+
 def test_the_projection_alone_from_a_graded_class(tmp_path, capsys):
     whole = tmp_path / "whole"
     write_result(whole, "fast_correct", timings={"notebook": 20.0, "judge": 10.0})
