@@ -1,0 +1,324 @@
+"""Grade N copies of the demo students one notebook at a time and through the pipeline, and compare.
+
+    python bench/grading_throughput.py --copies 10 --seed 16 [--notebooks week1/day7_fast_matmul]
+        [--students fast_correct,slow_correct] [--grade-args "--gpus 0 --runs 8"] [--json out.json]
+        [--from OUT_OF_THE_WHOLE_DEMO_CLASS]
+
+Writes WORK (default build/throughput): demo/ (the demo class), batch/ (the copies, ``<student>-c<k>``),
+batch.json (what the batch holds), serial/ and pipeline/ (the two grade runs' OUT folders, wiped first),
+serial.log, pipeline.log and serial.json, pipeline.json (each run's command, exit status and wall time measured
+around it). Both runs use the same seed; ``--grade-args`` goes to the pipeline run only, ``--common-args`` to both.
+``--reuse`` analyses WORK's earlier runs without grading; ``--project`` prints only the projection.
+
+A run's wall time is its schedule.json's (the grader's own, around its scheduler: on a GPU the reference
+solutions' runs included) where the grader wrote one, else the time measured around the grader.
+
+Prints one table of per-stage seconds per run, one comparison block (verdicts, timing ratios, GPU-exclusive
+seconds, issue 16's targets) and one projection block: the wall time of a class (300 students x the course's 14
+days by default) on 1 GPU, one 8-GPU node and a Slurm cluster of 4 such nodes. The model is in
+bench/throughput.py's docstring and is printed with its parameters; every number in it is measured or one of
+them. Notebooks not measured are extrapolated from the measured ones, and the output names them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # this checkout's grader and bench, not an installed copy
+
+from bench import throughput as tp  # noqa: E402
+from grader import demo  # noqa: E402
+from grader.layout import course_notebooks  # noqa: E402
+
+MODES = ("serial", "pipeline")
+MODEL = ("from each notebook's mean stage times: E = gpu_exclusive s (serial per GPU); R = the run's wall s "
+         "(frozen included; at most {runs:g} runs per GPU); B = build + compile + replay s (at most {builds:g} per "
+         "GPU); C = run - frozen + build + compile + replay + judge - gpu_wait s, {cores:g} core(s) per stage, over "
+         "the GPU's share of the host's cores. Wall on G GPUs = the largest of sum(E)/G, sum(C) x {cores:g} / "
+         "(cores per GPU x G), sum(R)/({runs:g} G), sum(B)/({builds:g} G). Runs share their GPU, paused while a judge "
+         "holds it; their shared GPU use is not measured and assumed not the bottleneck. Not modelled: the "
+         "reference solutions' runs, start-up, Slurm queueing and gathering.")
+
+
+def build_batch(work: Path, notebooks: list[str], students: list[str] | None, copies: int) -> Path:
+    """WORK/batch: ``copies`` copies of each demo student's folder (only ``notebooks``), as ``<student>-c<k>``."""
+    for stale in ("demo", "batch"):
+        shutil.rmtree(work / stale, ignore_errors=True)
+    demo.build(work / "demo", keys=set(notebooks))
+    found = sorted(p.name for p in (work / "demo").iterdir())
+    chosen = found if students is None else [s for s in found if s in students]
+    unknown = sorted(set(students or ()) - set(found))
+    if unknown or not chosen:
+        raise SystemExit(f"no demo student {', '.join(unknown) or '(none chosen)'} for {', '.join(notebooks)}; "
+                         f"the demo class has {', '.join(found)}")
+    for student in chosen:
+        for copy in range(1, copies + 1):
+            shutil.copytree(work / "demo" / student, work / "batch" / f"{student}-c{copy}")
+    return work / "batch"
+
+
+def run_grader(work: Path, batch: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Grade ``batch`` into WORK/<mode> with ``--schedule mode``; the wall time is measured around it."""
+    out = work / mode
+    shutil.rmtree(out, ignore_errors=True)
+    command = [sys.executable, "-m", "grader", "grade", str(batch), "--out", str(out), "--device", args.device,
+               "--seed", str(args.seed), "--schedule", mode, "--allow-ungraded", *shlex.split(args.common_args)]
+    if mode == "pipeline":
+        command += shlex.split(args.grade_args)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
+    print(f"{mode}: {shlex.join(command)}", flush=True)
+    started = time.monotonic()
+    with open(work / f"{mode}.log", "w", encoding="utf-8") as log:
+        returncode = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    run = {"command": command, "returncode": returncode, "wall_seconds": time.monotonic() - started}
+    (work / f"{mode}.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
+    if returncode != 0:
+        tail = (work / f"{mode}.log").read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+        print(f"{mode}: the grader exited {returncode} (log: {work / f'{mode}.log'}):\n  " + "\n  ".join(tail))
+    return run
+
+
+def read_mode(work: Path, mode: str, notebooks: list[str]) -> dict[str, Any]:
+    run = json.loads((work / f"{mode}.json").read_text(encoding="utf-8"))
+    schedule = tp.read_schedule(work / mode)
+    records = tp.read_results(work / mode, notebooks)
+    wall = schedule["wall_seconds"] if schedule and schedule.get("wall_seconds") else run["wall_seconds"]
+    return {"records": records, "run": run, "schedule": schedule, "wall_seconds": wall,
+            "wall_from": "the grader's schedule.json" if schedule and schedule.get("wall_seconds")
+            else "measured around the grader", "per_hour": tp.per_hour(len(records), wall) if records else None}
+
+
+def schedule_gpus(schedule: dict[str, Any] | None) -> list[Any] | None:
+    """The GPUs a run graded on, as its schedule.json lists them (None where it does not)."""
+    gpus = (schedule or {}).get("gpus", ((schedule or {}).get("limits") or {}).get("gpus"))
+    return gpus if isinstance(gpus, list) else None
+
+
+def mode_block(mode: str, data: dict[str, Any]) -> list[str]:
+    records, schedule = data["records"], data["schedule"]
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r.notebook] = counts.get(r.notebook, 0) + 1
+    what = ", ".join(f"{n} x {k}" for k, n in sorted(counts.items())) or "nothing graded"
+    rate = f"{data['per_hour']:.0f} notebooks/h" if data["per_hour"] else "no rate"
+    around = "" if schedule is None else f"; {data['run']['wall_seconds']:.1f} s measured around it"
+    lines = [f"{mode}: {what}; wall {data['wall_seconds']:.1f} s ({data['wall_from']}{around}; grader exit "
+             f"{data['run']['returncode']}); {rate}" + (f"; limits {json.dumps(schedule.get('limits'))}" if schedule
+                                                        else "; no schedule.json")]
+    lines.append(f"  {'stage':<15}{'n':>4}{'absent':>8}{'mean':>9}{'median':>9}{'max':>9}")
+    for s in tp.stage_stats(records):
+        lines.append(f"  {s.stage:<15}{s.count:>4}{s.absent:>8}{s.mean:>9.2f}{s.median:>9.2f}{s.max:>9.2f}")
+    never = tp.stages_never_recorded(records)
+    if never:
+        lines.append(f"  not recorded by any result (absent, not zero): {', '.join(never)}")
+    return lines
+
+
+def comparison(serial: dict[str, Any], pipeline: dict[str, Any],
+               notebooks: list[str]) -> tuple[list[str], dict[str, Any]]:
+    first, second = serial["records"], pipeline["records"]
+    verdicts = tp.verdict_differences(first, second)
+    ratio_diffs = tp.ratio_differences(first, second)
+    seeds = tp.seeds([*first, *second])
+    lines = ["comparison (pipeline against serial, " + (f"seed {seeds[0]} in both)" if len(seeds) == 1
+                                                        else f"SEEDS DIFFER: {seeds})")]
+    if verdicts:
+        lines.append(f"  verdicts: {len(verdicts)} DIFFER:")
+        lines += [f"    {d}" for d in verdicts[:20]] + ([f"    ... {len(verdicts) - 20} more in --json"]
+                                                         if len(verdicts) > 20 else [])
+    else:
+        lines.append(f"  verdicts: identical ({tp.item_count(first)} items in {len(first)} notebooks)")
+    if ratio_diffs:
+        lines.append(f"  timing ratios: largest difference {ratio_diffs[0].relative:.1%} of {len(ratio_diffs)} "
+                     f"ratios, at {ratio_diffs[0]}")
+    else:
+        lines.append("  timing ratios: none timed in either run")
+    exclusive = {"all": tp.exclusive_seconds(second)}
+    if len(notebooks) > 1:
+        exclusive[tp.W1D7] = tp.exclusive_seconds(second, tp.W1D7)
+    shown = [f"{k}: mean {v.mean:.1f} s, max {v.max:.1f} s over {v.count}" if v else f"{k}: not recorded"
+             for k, v in exclusive.items()]
+    lines.append("  GPU-exclusive seconds per notebook (pipeline): " + "; ".join(shown))
+    listed = schedule_gpus(pipeline["schedule"])
+    gpus = len(listed) if listed is not None else None
+    w1d7_rate = pipeline["per_hour"] if notebooks == [tp.W1D7] else None
+    goals = tp.targets(second, w1d7_rate, gpus, verdicts, ratio_diffs)
+    lines.append("targets (issue 16):")
+    lines += [f"  {t.mark:<14}{t.name}: {t.measured}" for t in goals]
+    data = {"seeds": seeds, "verdict_differences": [asdict(d) for d in verdicts],
+            "items_compared": tp.item_count(first),
+            "ratio_differences": [{**asdict(d), "relative": d.relative} for d in ratio_diffs],
+            "gpu_exclusive": {k: asdict(v) if v else None for k, v in exclusive.items()},
+            "targets": [{**asdict(t), "mark": t.mark} for t in goals]}
+    return lines, data
+
+
+def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCost]],
+               batch: dict[str, Any] | None) -> tuple[list[str], dict[str, Any]]:
+    class_notebooks = args.class_notebooks.split(",") if args.class_notebooks else \
+        [nb.key for nb in course_notebooks() if not nb.name.startswith("bonus")]
+    costs = tp.class_costs(class_notebooks, *measured)
+    node_share = args.node_cpus / args.node_gpus
+    limits = {"runs_per_gpu": args.runs_per_gpu, "builds_per_gpu": args.builds_per_gpu}
+    machines = [tp.Machine(f"1 GPU, {args.host_cpus:g} cores", 1, args.host_cpus, **limits),
+                tp.Machine(f"1 node, {args.node_gpus} GPUs, {args.node_cpus:g} cores", args.node_gpus, node_share,
+                           **limits),
+                tp.Machine(f"Slurm, {args.cluster_nodes} such nodes", args.cluster_nodes * args.node_gpus, node_share,
+                           **limits)]
+    results = [tp.project(costs, args.class_students, m, args.cores_per_stage) for m in machines]
+    model = MODEL.format(cores=args.cores_per_stage, runs=args.runs_per_gpu, builds=args.builds_per_gpu)
+    lines = [f"projection: {args.class_students} students x {len(costs)} notebooks = "
+             f"{args.class_students * len(costs)} notebooks",
+             "  model: " + model]
+    by_source: dict[str, list[tp.NotebookCost]] = {}
+    for cost in costs.values():
+        by_source.setdefault(cost.source, []).append(cost)
+    for source, group in sorted(by_source.items(), key=lambda sourced: sourced[1][0].samples == 0):
+        stage = "/".join(sorted({c.exclusive_stage for c in group}))
+        stage += ": the judge's wall time, an upper bound" if "judge" in stage else ""
+        if group[0].samples:
+            shown = ", ".join(f"{c.notebook} E {c.exclusive:.1f} R {c.run:.1f} B {c.build:.1f} C {c.cpu:.1f} "
+                              f"({c.samples})" for c in group)
+        else:  # extrapolated: every one has the same cost
+            shown = (f"E {group[0].exclusive:.1f} R {group[0].run:.1f} B {group[0].build:.1f} C {group[0].cpu:.1f} "
+                     "for " + ", ".join(c.notebook for c in group))
+        lines.append(f"  {source} (E from {stage}; s per notebook, results): {shown}")
+    lines.append(f"  {'hours on':<28}{'wall':>7}{'bound':>8}" + "".join(f"{k:>8}" for k in results[0].bounds)
+                 + f"{'per GPU/h':>11}")
+    for result in results:
+        lines.append(f"  {result.machine.name:<28}{result.wall_seconds / 3600:>7.2f}{result.bound:>8}"
+                     + "".join(f"{v / 3600:>8.2f}" for v in result.bounds.values()) + f"{result.per_gpu_hour:>11.0f}")
+    node = results[1]
+    devices = sorted({c.device for c in costs.values() if c.samples})
+    if args.class_students == 300 and len(costs) == 14 and args.node_gpus == 8:
+        met = "not measured (graded on a CPU)" if any(d.startswith("CPU") for d in devices) \
+            else "met" if node.wall_seconds <= 7200 else "NOT MET"
+        lines.append(f"  target (issue 16): the 300 x 14 class under 2 h on one 8-GPU node: {met} "
+                     f"(projected {node.wall_seconds / 3600:.2f} h)")
+    check = None
+    if batch and batch["records"]:
+        limits = (batch["schedule"] or {}).get("limits") or {}
+        count = len(schedule_gpus(batch["schedule"]) or [0])
+        machine = tp.Machine("the measured batch", count, args.host_cpus / count,
+                             limits.get("runs", args.runs_per_gpu * count) / count,
+                             limits.get("builds", args.builds_per_gpu * count) / count)
+        check = {"model_seconds": tp.batch_model_seconds(batch["records"], machine, args.cores_per_stage),
+                 "measured_seconds": batch["wall_seconds"], "machine": asdict(machine)}
+        lines.append(f"  the model on the measured pipeline batch ({count} GPU(s), {args.host_cpus:g} cores, "
+                     f"{machine.runs_per_gpu * count:g} runs, {machine.builds_per_gpu * count:g} builds): "
+                     f"{check['model_seconds']:.0f} s; measured {check['measured_seconds']:.0f} s")
+    lines.append(f"  measured on: {', '.join(devices)}" + ("; a CPU's numbers, not a GPU's" if any(
+        d.startswith("CPU") for d in devices) else ""))
+    data = {"model": model,
+            "parameters": {k: getattr(args, k) for k in ("class_students", "host_cpus", "node_cpus", "node_gpus",
+                                                          "cluster_nodes", "cores_per_stage", "runs_per_gpu",
+                                                          "builds_per_gpu")},
+            "class_notebooks": class_notebooks, "costs": {k: asdict(v) for k, v in costs.items()},
+            "machines": [{**asdict(r.machine), "wall_seconds": r.wall_seconds, "bound": r.bound,
+                          "bounds_seconds": r.bounds, "notebooks_per_gpu_hour": r.per_gpu_hour} for r in results],
+            "batch_check": check}
+    return lines, data
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--copies", type=int, default=1, help="copies of each demo student (default: %(default)s)")
+    p.add_argument("--notebooks", default=None,
+                   help=f"comma-separated notebook keys (default: {tp.W1D7}; with --reuse, those WORK's batch had)")
+    p.add_argument("--students", default=None, help="comma-separated demo students (default: all of them)")
+    p.add_argument("--seed", type=int, default=20261126, help="the secret seed of both runs (default: %(default)s)")
+    p.add_argument("--device", default="auto", help="the grader's --device (default: %(default)s)")
+    p.add_argument("--grade-args", default="", help='more grader options for the pipeline run ("--gpus 0 --runs 8")')
+    p.add_argument("--common-args", default="", help="more grader options for both runs")
+    p.add_argument("--work", type=Path, default=REPO / "build" / "throughput", help="(default: %(default)s)")
+    p.add_argument("--reuse", action="store_true", help="analyse WORK's earlier runs; grade nothing")
+    p.add_argument("--project", action="store_true",
+                   help="print only the projection, from --from OUT (and WORK's pipeline run with --reuse); "
+                        "grade nothing")
+    p.add_argument("--from", dest="from_out", type=Path, default=None,
+                   help="a graded OUT (of the whole demo class) whose per-notebook stage times the projection "
+                        "uses for notebooks the batch does not hold")
+    p.add_argument("--json", type=Path, default=None, help="also write everything as JSON here")
+    p.add_argument("--class-students", type=int, default=300, help="(default: %(default)s)")
+    p.add_argument("--class-notebooks", default=None,
+                   help="comma-separated notebook keys of the projected class (default: the course's, bonus ones "
+                        "left out: 14)")
+    p.add_argument("--host-cpus", type=float, default=16, help="cores of a 1-GPU machine (default: %(default)s)")
+    p.add_argument("--node-cpus", type=float, default=128, help="cores of an 8-GPU node (default: %(default)s)")
+    p.add_argument("--node-gpus", type=int, default=8, help="GPUs per node (default: %(default)s)")
+    p.add_argument("--cluster-nodes", type=int, default=4, help="nodes of the Slurm cluster (default: %(default)s)")
+    p.add_argument("--cores-per-stage", type=float, default=1.0,
+                   help="cores a CPU stage holds while it runs (default: %(default)s)")
+    p.add_argument("--runs-per-gpu", type=float, default=4.0,
+                   help="runs at once per GPU in the projection (default: %(default)s, the grader's default --runs "
+                        "where the CPUs allow)")
+    p.add_argument("--builds-per-gpu", type=float, default=4.0,
+                   help="builds at once per GPU in the projection (default: %(default)s, the grader's default "
+                        "--builds with 16 cores per GPU)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    work: Path = args.work.resolve()
+    if args.notebooks:
+        notebooks = args.notebooks.split(",")
+    elif args.reuse and (work / "batch.json").is_file():
+        notebooks = json.loads((work / "batch.json").read_text(encoding="utf-8"))["notebooks"]
+    else:
+        notebooks = [tp.W1D7]
+    known = {nb.key for nb in course_notebooks()}
+    if set(notebooks) - known:
+        raise SystemExit(f"not a course notebook: {', '.join(sorted(set(notebooks) - known))}")
+    grade = not (args.reuse or args.project)
+    if grade:
+        work.mkdir(parents=True, exist_ok=True)
+        batch = build_batch(work, notebooks, args.students.split(",") if args.students else None, args.copies)
+        (work / "batch.json").write_text(json.dumps({"notebooks": notebooks, "copies": args.copies,
+                                                     "students": sorted(p.name for p in batch.iterdir())}))
+        for mode in MODES:
+            run_grader(work, batch, mode, args)
+    report: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
+    lines: list[str] = []
+    modes = {mode: read_mode(work, mode, notebooks) for mode in MODES if (work / f"{mode}.json").is_file()} \
+        if grade or args.reuse else {}
+    if not args.project:
+        for mode, data in modes.items():
+            lines += mode_block(mode, data) + [""]
+        if set(modes) != set(MODES):
+            raise SystemExit(f"{work} does not hold both runs ({', '.join(MODES)}): grade them first")
+        compared, report["comparison"] = comparison(modes["serial"], modes["pipeline"], notebooks)
+        lines += compared + [""]
+        report["modes"] = {m: {**{k: v for k, v in d.items() if k != "records"}, "notebooks": len(d["records"]),
+                               "stages": [asdict(s) for s in tp.stage_stats(d["records"])]} for m, d in modes.items()}
+    measured = []
+    pipeline = modes.get("pipeline")
+    if pipeline and pipeline["records"]:
+        measured.append(tp.notebook_costs(pipeline["records"], "measured in the pipeline batch"))
+    if args.from_out:
+        measured.append(tp.notebook_costs(tp.read_results(args.from_out), f"measured in {args.from_out}"))
+    if not measured:
+        raise SystemExit("nothing to project from: grade a batch, or give --from OUT")
+    projected, report["projection"] = projection(args, measured, pipeline)
+    lines += projected
+    print("\n".join(textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
+                    if len(line) > 120 else line for line in lines))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,398 @@
+"""Pure functions behind ``bench/grading_throughput.py``: read two graded OUT folders, compare them, and
+project the grading time of a class from the measured per-notebook stage times.
+
+Nothing here runs the grader or touches a GPU; every function takes results (or their folder) and returns data.
+
+The projection model (stated again in the script's output), from each notebook's mean measured stage times:
+- E: seconds its judge held the GPU alone ("gpu_exclusive", drain included; where no result of a measurement
+  recorded it, the judge's whole wall time "judge", an upper bound). Per GPU the exclusive holds are serial.
+- R: its run's wall time ("notebook", frozen time included): at most ``runs_per_gpu`` runs share a GPU (the
+  grader's --runs); runs are paused while a judge holds their GPU, and their shared use of the GPU is assumed
+  not to be the bottleneck (it is not measured).
+- B: its build's wall time ("build" + "compile" + "replay"): at most ``builds_per_gpu`` at once per GPU (--builds).
+- C: its CPU core-seconds: the run less its frozen time, the build, the TTGIR compile, the CPU replay and the
+  judge less its wait for the GPU gate ("gpu_wait", inside the judge's wall time), each stage holding
+  ``cores_per_stage`` cores while it runs; a GPU's share of the host's cores is the host's cores over its GPUs.
+- A class's wall time on G GPUs is the largest of four bounds, each summed over the class's notebooks:
+  GPU  sum(E) / G;  CPU  sum(C) x cores_per_stage / (cores per GPU x G);  runs  sum(R) / (runs_per_gpu x G);
+  builds  sum(B) / (builds_per_gpu x G). Throughput is notebooks over that wall time.
+- Not modelled: the reference solutions' runs (once per notebook and OUT), start-up, and for Slurm the tasks'
+  queueing and start and the gathering of results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+W1D7 = "week1/day7_fast_matmul"
+# Stages in the order a notebook goes through them (seconds); any other numeric key is listed after these.
+STAGES = ("notebook", "kernel_start", "recording", "frozen", "build", "compile", "replay", "judge", "judge_compile",
+          "gpu_wait", "gpu_exclusive", "drain", "total")
+# The stages the grader is meant to write (issue 16): any of them no result recorded is named in the output.
+EXPECTED = ("notebook", "build", "compile", "replay", "judge", "gpu_exclusive", "gpu_wait", "frozen")
+CPU_STAGES = ("notebook", "build", "compile", "replay", "judge")
+BUILD_STAGES = ("build", "compile", "replay")
+MISSING = "missing"  # a result for a notebook nobody submitted: nothing ran, nothing to time
+
+
+@dataclass(frozen=True)
+class Record:
+    """One graded notebook, as its result JSON says."""
+
+    student: str  # the student id (the folder under OUT/results)
+    notebook: str  # "<assignment>/<notebook>"
+    status: str
+    scores: dict[str, float | None]  # item -> points (None: pending)
+    timings: dict[str, float]
+    perf_rows: list[dict[str, Any]] = field(default_factory=list)
+    device: str = ""  # the grading device's name, "CPU (Triton interpreter)" on a CPU
+    run_seed: int | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.student, self.notebook
+
+
+def read_results(out: Path, notebooks: Iterable[str] | None = None) -> list[Record]:
+    """Every result under ``out/results`` for ``notebooks`` (all when None), missing notebooks left out."""
+    wanted = set(notebooks) if notebooks is not None else None
+    found = []
+    for path in sorted((out / "results").glob("*/*/*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        notebook = f"{data['assignment']}/{data['notebook']}"
+        if data["status"] == MISSING or (wanted is not None and notebook not in wanted):
+            continue
+        found.append(Record(data.get("student_id") or data["student"], notebook, data["status"],
+                            {i["item"]: i["score"] for i in data.get("items", [])},
+                            {k: float(v) for k, v in (data.get("timings") or {}).items()
+                             if isinstance(v, (int, float)) and not isinstance(v, bool)},
+                            list(data.get("perf_rows") or []), str(data.get("device", "")),
+                            data.get("run_seed")))
+    return found
+
+
+def read_schedule(out: Path) -> dict[str, Any] | None:
+    """OUT/schedule.json as the grader wrote it, or None where it did not."""
+    path = out / "schedule.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+@dataclass(frozen=True)
+class StageStats:
+    stage: str
+    count: int  # results that recorded this stage
+    absent: int  # results that did not (absent, not zero)
+    mean: float | None = None
+    median: float | None = None
+    max: float | None = None
+
+
+def stage_stats(records: Sequence[Record]) -> list[StageStats]:
+    """Mean, median and max seconds of each stage over the results that recorded it (known stages first)."""
+    keys = {k for r in records for k in r.timings}
+    ordered = [s for s in STAGES if s in keys] + sorted(keys - set(STAGES))
+    stats = []
+    for stage in ordered:
+        values = [r.timings[stage] for r in records if stage in r.timings]
+        stats.append(StageStats(stage, len(values), len(records) - len(values), statistics.fmean(values),
+                                statistics.median(values), max(values)))
+    return stats
+
+
+def stages_never_recorded(records: Sequence[Record], stages: Iterable[str] = EXPECTED) -> list[str]:
+    return [s for s in stages if not any(s in r.timings for r in records)]
+
+
+def per_hour(count: int, wall_seconds: float) -> float:
+    return count * 3600.0 / wall_seconds
+
+
+@dataclass(frozen=True)
+class Spread:
+    count: int
+    mean: float
+    max: float
+
+
+def exclusive_seconds(records: Sequence[Record], notebook: str | None = None) -> Spread | None:
+    """GPU-exclusive seconds per notebook (of ``notebook`` only, when given), None where none was recorded."""
+    values = [r.timings["gpu_exclusive"] for r in records
+              if "gpu_exclusive" in r.timings and (notebook is None or r.notebook == notebook)]
+    return Spread(len(values), statistics.fmean(values), max(values)) if values else None
+
+
+@dataclass(frozen=True)
+class VerdictDifference:
+    student: str
+    notebook: str
+    item: str  # "(status)" for the notebook's status, "(result)" for a notebook graded in one run only
+    first: Any
+    second: Any
+
+    def __str__(self) -> str:
+        return f"{self.student} {self.notebook} {self.item}: {self.first} -> {self.second}"
+
+
+def verdict_differences(first: Sequence[Record], second: Sequence[Record]) -> list[VerdictDifference]:
+    """Every notebook status and item score that differs between two runs (and every notebook only one has)."""
+    a, b = {r.key: r for r in first}, {r.key: r for r in second}
+    found = []
+    for key in sorted(a.keys() | b.keys()):
+        if key not in a or key not in b:
+            found.append(VerdictDifference(*key, "(result)", a[key].status if key in a else "none",
+                                           b[key].status if key in b else "none"))
+            continue
+        if a[key].status != b[key].status:
+            found.append(VerdictDifference(*key, "(status)", a[key].status, b[key].status))
+        for item in sorted(a[key].scores.keys() | b[key].scores.keys()):
+            mine, theirs = a[key].scores.get(item, "none"), b[key].scores.get(item, "none")
+            if mine != theirs:
+                found.append(VerdictDifference(*key, item, mine, theirs))
+    return found
+
+
+def seeds(records: Sequence[Record]) -> list[int | None]:
+    """The grading runs' seeds the results hold (one, when the run was one)."""
+    return sorted({r.run_seed for r in records}, key=str)
+
+
+def item_count(records: Sequence[Record]) -> int:
+    return sum(len(r.scores) for r in records)
+
+
+RATIOS = (("baseline_rate", "student/baseline"), ("reference_rate", "student/reference"))
+
+
+def ratios(record: Record) -> dict[tuple[str, str, str], float]:
+    """(spec, shape, which) -> the timing ratio the grade rests on, for every perf row timed on both sides."""
+    found = {}
+    for row in record.perf_rows:
+        student = row.get("student_rate")
+        for column, name in RATIOS:
+            other = row.get(column)
+            if student and other:
+                found[(str(row.get("spec")), json.dumps(row.get("shape"), separators=(",", ":")), name)] = \
+                    student / other
+    return found
+
+
+@dataclass(frozen=True)
+class RatioDifference:
+    student: str
+    notebook: str
+    spec: str
+    shape: str
+    ratio: str  # "student/baseline" or "student/reference"
+    first: float | None  # None: not timed in that run
+    second: float | None
+
+    @property
+    def relative(self) -> float:
+        """|second - first| / first; infinite where only one run timed it."""
+        if self.first is None or self.second is None:
+            return float("inf")
+        return abs(self.second - self.first) / self.first
+
+    def __str__(self) -> str:
+        shown = [f"{v:.4f}" if v is not None else "not timed" for v in (self.first, self.second)]
+        return f"{self.student} {self.notebook} {self.spec} {self.shape} {self.ratio}: {shown[0]} -> {shown[1]}"
+
+
+def ratio_differences(first: Sequence[Record], second: Sequence[Record]) -> list[RatioDifference]:
+    """Every timing ratio of every notebook graded in both runs, largest relative difference first."""
+    b = {r.key: r for r in second}
+    found = []
+    for record in first:
+        if record.key not in b:
+            continue
+        mine, theirs = ratios(record), ratios(b[record.key])
+        for where in sorted(mine.keys() | theirs.keys()):
+            found.append(RatioDifference(*record.key, *where, mine.get(where), theirs.get(where)))
+    return sorted(found, key=lambda d: d.relative, reverse=True)
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    met: bool | None  # None: not measured here (the text says why)
+    measured: str
+
+    @property
+    def mark(self) -> str:
+        return {True: "met", False: "NOT MET", None: "not measured"}[self.met]
+
+
+def graded_on_cpu(records: Sequence[Record]) -> bool:
+    return any(r.device.startswith("CPU") for r in records)
+
+
+def targets(pipeline: Sequence[Record], w1d7_per_hour: float | None, gpus: int | None,
+            verdicts: Sequence[VerdictDifference], ratio_diffs: Sequence[RatioDifference]) -> list[Target]:
+    """Issue 16's targets, judged from the measurement. ``w1d7_per_hour`` is None where the batch was not
+    Week 1 Day 7 alone; ``gpus`` is the pipeline's GPU count (None where the grader did not record it)."""
+    found = []
+    exclusive = exclusive_seconds(pipeline, W1D7)
+    found.append(Target("GPU-exclusive time per W1D7 notebook <= 10 s (the largest)",
+                        None if exclusive is None else exclusive.max <= 10.0,
+                        "no gpu_exclusive timing recorded" if exclusive is None
+                        else f"max {exclusive.max:.1f} s, mean {exclusive.mean:.1f} s over {exclusive.count}"))
+    if graded_on_cpu(pipeline):
+        found.append(Target(">= 300 W1D7 notebooks per hour on one GPU", None, "graded on a CPU"))
+    elif w1d7_per_hour is None:
+        found.append(Target(">= 300 W1D7 notebooks per hour on one GPU", None,
+                            "the batch held other notebooks (grade W1D7 alone for this one)"))
+    elif gpus is not None and gpus != 1:
+        found.append(Target(">= 300 W1D7 notebooks per hour on one GPU", None,
+                            f"{w1d7_per_hour:.0f}/h, but on {gpus} GPUs"))
+    else:
+        found.append(Target(">= 300 W1D7 notebooks per hour on one GPU", w1d7_per_hour >= 300.0,
+                            f"{w1d7_per_hour:.0f}/h" + (" (GPU count not recorded by the grader)"
+                                                        if gpus is None else "")))
+    found.append(Target("verdicts identical to the one-at-a-time run", not verdicts,
+                        "identical" if not verdicts else f"{len(verdicts)} differ"))
+    if not ratio_diffs:
+        found.append(Target("every timing ratio within 3% of the one-at-a-time run", None,
+                            "no ratio was timed in either run (on a CPU nothing is timed)"))
+    else:
+        top = ratio_diffs[0]
+        largest = "a ratio timed in one run only" if math.isinf(top.relative) else f"largest {top.relative:.1%}"
+        found.append(Target("every timing ratio within 3% of the one-at-a-time run", top.relative <= 0.03,
+                            f"{largest} over {len(ratio_diffs)} ratios"))
+    return found
+
+
+# ---- the projection ---------------------------------------------------------------------------------------
+
+
+COST_PARTS = ("exclusive", "cpu", "run", "build")  # E, C, R, B
+
+
+@dataclass(frozen=True)
+class NotebookCost:
+    """What grading one notebook costs (the means over its measured results), in the model's terms."""
+
+    notebook: str
+    exclusive: float  # E: GPU seconds held alone
+    cpu: float  # C: CPU core-seconds (at one core per stage)
+    run: float  # R: the run's wall seconds, frozen time included
+    build: float  # B: the build's wall seconds
+    samples: int
+    source: str  # where the numbers come from
+    exclusive_stage: str  # "gpu_exclusive", or "judge" where no result recorded gpu_exclusive (an upper bound)
+    device: str = ""  # the devices measured on ("" where extrapolated)
+
+
+def cpu_seconds(record: Record) -> float:
+    """C of one notebook: its run less its frozen time, build, compile, replay, and judge less its gpu_wait."""
+    spent = sum(record.timings.get(s, 0.0) for s in CPU_STAGES)
+    return spent - record.timings.get("frozen", 0.0) - record.timings.get("gpu_wait", 0.0)
+
+
+def build_seconds(record: Record) -> float:
+    return sum(record.timings.get(s, 0.0) for s in BUILD_STAGES)
+
+
+def exclusive_stage(records: Sequence[Record]) -> str:
+    """The stage counted as the GPU held alone: "gpu_exclusive" where any result recorded it (a result without
+    it, whose judge never ran, held the GPU 0 s), else "judge" (the judge's whole wall time: an upper bound)."""
+    return "gpu_exclusive" if any("gpu_exclusive" in r.timings for r in records) else "judge"
+
+
+def notebook_costs(records: Sequence[Record], source: str) -> dict[str, NotebookCost]:
+    """The mean cost of each notebook over its records."""
+    by_notebook: dict[str, list[Record]] = {}
+    for record in records:
+        by_notebook.setdefault(record.notebook, []).append(record)
+    costs = {}
+    for notebook, group in sorted(by_notebook.items()):
+        stage = exclusive_stage(group)
+        costs[notebook] = NotebookCost(notebook, statistics.fmean(r.timings.get(stage, 0.0) for r in group),
+                                       statistics.fmean(cpu_seconds(r) for r in group),
+                                       statistics.fmean(r.timings.get("notebook", 0.0) for r in group),
+                                       statistics.fmean(build_seconds(r) for r in group), len(group), source, stage,
+                                       ", ".join(sorted({r.device for r in group if r.device})))
+    return costs
+
+
+def class_costs(notebooks: Sequence[str], *measured: dict[str, NotebookCost]) -> dict[str, NotebookCost]:
+    """A cost for each of the class's ``notebooks``: from the first measurement that has it; a notebook none
+    measured gets the mean of those measured, and its source says so, naming them."""
+    found = {}
+    for notebook in notebooks:
+        for costs in measured:
+            if notebook in costs:
+                found[notebook] = costs[notebook]
+                break
+    known = list(found.values())
+    if not known:
+        raise ValueError("no notebook of the class was measured")
+    names = ", ".join(c.notebook for c in known)
+    for notebook in notebooks:
+        if notebook not in found:
+            found[notebook] = NotebookCost(
+                notebook, *(statistics.fmean(getattr(c, part) for c in known) for part in COST_PARTS),
+                0, f"EXTRAPOLATED: not measured; the mean of {names}",
+                "/".join(sorted({c.exclusive_stage for c in known})))
+    return {n: found[n] for n in notebooks}
+
+
+@dataclass(frozen=True)
+class Machine:
+    """Where a class is graded: ``gpus`` GPUs in all, and per GPU its share of the host's cores and of the
+    grader's concurrency limits."""
+
+    name: str
+    gpus: int
+    cores_per_gpu: float
+    runs_per_gpu: float = 4.0  # the grader's default --runs: 4 per GPU (while the CPUs allow)
+    builds_per_gpu: float = 4.0  # the grader's default --builds: a quarter of the CPUs (16 cores per GPU here)
+
+
+@dataclass(frozen=True)
+class Projection:
+    machine: Machine
+    students: int
+    notebooks: int
+    bounds: dict[str, float]  # "GPU", "CPU", "runs", "builds" -> the class's seconds under that bound alone
+
+    @property
+    def wall_seconds(self) -> float:
+        return max(self.bounds.values())
+
+    @property
+    def bound(self) -> str:
+        return max(self.bounds, key=lambda k: self.bounds[k])
+
+    @property
+    def per_gpu_hour(self) -> float:
+        return per_hour(self.students * self.notebooks, self.wall_seconds) / self.machine.gpus
+
+
+def model_bounds(exclusive: float, cpu: float, run: float, build: float, machine: Machine,
+                 cores_per_stage: float = 1.0) -> dict[str, float]:
+    """Seconds under each bound for work totalling these seconds (E, C, R, B) on ``machine``."""
+    g = machine.gpus
+    return {"GPU": exclusive / g, "CPU": cpu * cores_per_stage / (machine.cores_per_gpu * g),
+            "runs": run / (machine.runs_per_gpu * g), "builds": build / (machine.builds_per_gpu * g)}
+
+
+def project(costs: dict[str, NotebookCost], students: int, machine: Machine,
+            cores_per_stage: float = 1.0) -> Projection:
+    """The wall time of ``students`` x the notebooks in ``costs`` on ``machine`` (the model in this module's
+    docstring)."""
+    totals = [students * sum(getattr(c, part) for c in costs.values()) for part in COST_PARTS]
+    return Projection(machine, students, len(costs), model_bounds(*totals, machine, cores_per_stage))
+
+
+def batch_model_seconds(records: Sequence[Record], machine: Machine, cores_per_stage: float = 1.0) -> float:
+    """What the model says a measured batch should take (to set beside its measured wall time)."""
+    stage = exclusive_stage(records)
+    totals = (sum(r.timings.get(stage, 0.0) for r in records), sum(cpu_seconds(r) for r in records),
+              sum(r.timings.get("notebook", 0.0) for r in records), sum(build_seconds(r) for r in records))
+    return max(model_bounds(*totals, machine, cores_per_stage).values())

@@ -1,0 +1,315 @@
+"""bench/grading_throughput.py and its pure functions (bench/throughput.py), on synthetic result JSONs; and once
+end to end on a tiny CPU batch, where the grader has ``--schedule``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import grading_throughput as script
+from bench import throughput as tp
+from grader.results import ItemResult, NotebookResult
+
+DAY1 = "week1/day1_host_baseline"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def write_result(out: Path, student: str, notebook: str = tp.W1D7, status: str = "ok",
+                 scores: dict[str, float | None] | None = None, timings: dict[str, float] | None = None,
+                 perf_rows: list[dict[str, Any]] | None = None, device: str = H100, seed: int = 7) -> None:
+    """One result JSON as the grader writes it (through its own NotebookResult)."""
+    assignment, name = notebook.split("/")
+    items = [ItemResult(item, "correctness", score, 2.0, "passed" if score else "failed")
+             for item, score in (scores if scores is not None else {"test_a": 2.0}).items()]
+    result = NotebookResult(student, assignment, name, status, items=items, device=device,
+                            timings=timings if timings is not None else {}, perf_rows=perf_rows or [],
+                            run_seed=seed)
+    path = out / "results" / student / assignment / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_json()), encoding="utf-8")
+
+
+def row(student: float | None, baseline: float | None, reference: float | None,
+        shape: list[int] | None = None) -> dict[str, Any]:
+    return {"spec": "w1d7.matmul_fp32", "shape": shape or [4096, 4096, 4096], "error": None, "unit": "GFLOP/s",
+            "baseline_name": "cuBLAS", "student_rate": student, "baseline_rate": baseline, "reference_rate": reference}
+
+
+def record(student: str = "s", notebook: str = tp.W1D7, timings: dict[str, float] | None = None,
+           scores: dict[str, float | None] | None = None, perf_rows: list[dict[str, Any]] | None = None,
+           status: str = "ok", device: str = H100) -> tp.Record:
+    return tp.Record(student, notebook, status, scores if scores is not None else {"test_a": 2.0}, timings or {},
+                     perf_rows or [], device, 7)
+
+
+def test_read_results_leaves_out_missing_notebooks_and_others_not_asked_for(tmp_path):
+    write_result(tmp_path, "a", timings={"notebook": 20.0, "judge": 9.5},
+                 scores={"test_a": 2.0, "test_b": None}, perf_rows=[row(900.0, 1000.0, 950.0)])
+    write_result(tmp_path, "a", DAY1)
+    write_result(tmp_path, "b", status="missing", scores={})
+    found = tp.read_results(tmp_path, [tp.W1D7])
+    assert [r.key for r in found] == [("a", tp.W1D7)]
+    assert found[0].timings == {"notebook": 20.0, "judge": 9.5}
+    assert found[0].scores == {"test_a": 2.0, "test_b": None}
+    assert found[0].perf_rows[0]["student_rate"] == 900.0 and found[0].device == H100 and found[0].run_seed == 7
+    assert {r.notebook for r in tp.read_results(tmp_path)} == {tp.W1D7, DAY1}
+
+
+def test_schedule_json_is_read_where_the_grader_wrote_it(tmp_path):
+    assert tp.read_schedule(tmp_path) is None
+    (tmp_path / "schedule.json").write_text(json.dumps({"schedule": "pipeline", "gpus": ["0"], "wall_seconds": 12.5}))
+    assert tp.read_schedule(tmp_path)["wall_seconds"] == 12.5
+
+
+def test_stage_statistics_count_absent_stages_as_absent_not_zero():
+    records = [record(timings={"notebook": 10.0, "judge": 4.0, "zeta": 1.0}), record(timings={"notebook": 20.0}),
+               record(timings={"notebook": 60.0, "build": 3.0})]
+    stats = {s.stage: s for s in tp.stage_stats(records)}
+    assert [s.stage for s in tp.stage_stats(records)] == ["notebook", "build", "judge", "zeta"]
+    assert (stats["notebook"].mean, stats["notebook"].median, stats["notebook"].max) == (30.0, 20.0, 60.0)
+    assert (stats["judge"].count, stats["judge"].absent, stats["judge"].mean) == (1, 2, 4.0)
+    never = tp.stages_never_recorded(records)
+    assert "gpu_exclusive" in never and "notebook" not in never and "build" not in never
+
+
+def test_notebooks_per_hour_and_exclusive_seconds_per_notebook():
+    assert tp.per_hour(30, 360.0) == 300.0
+    records = [record(timings={"gpu_exclusive": 6.0}), record(timings={"gpu_exclusive": 9.0}),
+               record(notebook=DAY1, timings={"gpu_exclusive": 1.0}), record(timings={"judge": 30.0})]
+    assert tp.exclusive_seconds(records) == tp.Spread(3, 16.0 / 3, 9.0)
+    assert tp.exclusive_seconds(records, tp.W1D7) == tp.Spread(2, 7.5, 9.0)
+    assert tp.exclusive_seconds([record(timings={"judge": 3.0})]) is None
+
+
+def test_identical_verdicts_give_no_difference_and_each_difference_is_listed():
+    serial = [record("a", scores={"t1": 2.0, "t2": None}), record("b"), record("c")]
+    assert tp.verdict_differences(serial, list(serial)) == []
+    pipeline = [record("a", scores={"t1": 0.0, "t2": None}), record("b", status="timeout"),
+                record("d")]
+    found = {(d.student, d.item): (d.first, d.second) for d in tp.verdict_differences(serial, pipeline)}
+    assert found == {("a", "t1"): (2.0, 0.0), ("b", "(status)"): ("ok", "timeout"),
+                     ("c", "(result)"): ("ok", "none"), ("d", "(result)"): ("none", "ok")}
+    assert tp.item_count(serial) == 4
+
+
+def test_ratio_differences_are_relative_to_the_serial_run_and_largest_first():
+    serial = [record("a", perf_rows=[row(800.0, 1000.0, 800.0), row(500.0, 1000.0, 1000.0, [1000, 1030, 515])]),
+              record("b", perf_rows=[row(None, 1000.0, 900.0)])]  # b's kernel was not timed: no ratio
+    pipeline = [record("a", perf_rows=[row(800.0, 1020.0, 800.0), row(500.0, 1000.0, 1000.0, [1000, 1030, 515])]),
+                record("b", perf_rows=[row(None, 1000.0, 900.0)])]
+    diffs = tp.ratio_differences(serial, pipeline)
+    assert len(diffs) == 4  # two rows of a, two ratios each
+    top = diffs[0]
+    assert (top.student, top.ratio, top.shape) == ("a", "student/baseline", "[4096,4096,4096]")
+    assert top.relative == pytest.approx(abs(800 / 1020 - 0.8) / 0.8)
+    assert [d.relative for d in diffs[1:]] == [0.0, 0.0, 0.0]
+
+
+def test_a_ratio_timed_in_one_run_only_is_the_largest_difference():
+    diffs = tp.ratio_differences([record(perf_rows=[row(800.0, 1000.0, None)])],
+                                 [record(perf_rows=[row(None, 1000.0, None)])])
+    assert len(diffs) == 1 and math.isinf(diffs[0].relative) and "not timed" in str(diffs[0])
+
+
+def test_targets_are_met_or_not_from_the_measurement():
+    fast = [record(str(i), timings={"gpu_exclusive": 8.0}) for i in range(3)]
+    close = [tp.RatioDifference("a", tp.W1D7, "spec", "[1]", "student/baseline", 1.0, 1.02)]
+    met = tp.targets(fast, 320.0, 1, [], close)
+    assert [t.met for t in met] == [True, True, True, True]
+    slow = [*fast, record("x", timings={"gpu_exclusive": 12.0})]
+    far = [tp.RatioDifference("a", tp.W1D7, "spec", "[1]", "student/baseline", 1.0, 1.04)]
+    differ = [tp.VerdictDifference("a", tp.W1D7, "t", 2.0, 0.0)]
+    assert [t.met for t in tp.targets(slow, 250.0, 1, differ, far)] == [False, False, False, False]
+
+
+def test_a_ratio_timed_in_one_run_only_misses_the_ratio_target():
+    once = [tp.RatioDifference("a", tp.W1D7, "spec", "[1]", "student/baseline", 1.0, None)]
+    found = tp.targets([record(timings={"gpu_exclusive": 5.0})], 400.0, 1, [], once)[3]
+    assert found.met is False and "timed in one run only" in found.measured
+
+
+def test_targets_not_measured_say_so_rather_than_pass_or_fail():
+    on_cpu = [record(timings={"notebook": 9.0}, device="CPU (Triton interpreter)")]
+    found = tp.targets(on_cpu, 900.0, None, [], [])
+    assert [t.met for t in found] == [None, None, True, None]
+    assert "CPU" in found[1].measured
+    gpu = [record(timings={"gpu_exclusive": 5.0})]
+    assert tp.targets(gpu, None, 1, [], [])[1].met is None  # the batch held other notebooks
+    two = tp.targets(gpu, 400.0, 2, [], [])[1]
+    assert two.met is None and "2 GPUs" in two.measured
+    unknown = tp.targets(gpu, 400.0, None, [], [])[1]
+    assert unknown.met is True and "not recorded" in unknown.measured
+
+
+def test_a_notebooks_cost_is_the_mean_of_its_stage_times_in_the_models_terms():
+    records = [record("a", timings={"notebook": 30.0, "frozen": 5.0, "build": 10.0, "compile": 2.0, "judge": 12.0,
+                                    "gpu_exclusive": 6.0, "gpu_wait": 4.0}),
+               record("b", timings={"notebook": 8.0})]  # crashed in its run: no build, no judge
+    assert tp.cpu_seconds(records[0]) == 30.0 - 5.0 + 10.0 + 2.0 + 12.0 - 4.0
+    assert tp.build_seconds(records[0]) == 12.0
+    cost = tp.notebook_costs(records, "batch")[tp.W1D7]
+    assert (cost.exclusive, cost.cpu, cost.run, cost.build) == (3.0, 26.5, 19.0, 6.0)
+    assert (cost.samples, cost.exclusive_stage, cost.device) == (2, "gpu_exclusive", H100)
+    judged_only = tp.notebook_costs([record(timings={"notebook": 30.0, "judge": 12.0})], "old")[tp.W1D7]
+    assert (judged_only.exclusive, judged_only.exclusive_stage) == (12.0, "judge")
+
+
+def cost(notebook: str, exclusive: float, cpu: float, run: float = 20.0, build: float = 10.0,
+         source: str = "m") -> tp.NotebookCost:
+    return tp.NotebookCost(notebook, exclusive, cpu, run, build, 1, source, "gpu_exclusive")
+
+
+def test_class_costs_take_each_notebook_from_the_first_measurement_and_name_what_they_extrapolate():
+    batch = {tp.W1D7: cost(tp.W1D7, 6.0, 40.0, source="batch")}
+    whole = {tp.W1D7: cost(tp.W1D7, 9.0, 50.0, source="from"), DAY1: cost(DAY1, 2.0, 20.0, 10.0, 0.0, "from")}
+    costs = tp.class_costs([DAY1, tp.W1D7, "week2/day5_tma"], batch, whole)
+    assert list(costs) == [DAY1, tp.W1D7, "week2/day5_tma"]
+    assert costs[tp.W1D7].source == "batch" and costs[DAY1].source == "from"
+    guessed = costs["week2/day5_tma"]
+    assert (guessed.exclusive, guessed.cpu, guessed.run, guessed.build, guessed.samples) == (4.0, 30.0, 15.0, 5.0, 0)
+    assert guessed.source.startswith("EXTRAPOLATED") and DAY1 in guessed.source and tp.W1D7 in guessed.source
+    with pytest.raises(ValueError, match="no notebook"):
+        tp.class_costs(["week2/day5_tma"], {})
+
+
+def test_the_projection_is_the_largest_of_its_four_bounds():
+    costs = {f"nb{i}": cost(f"nb{i}", 6.0, 45.0, run=20.0, build=10.0) for i in range(14)}
+    one = tp.project(costs, 300, tp.Machine("1", 1, 16, runs_per_gpu=4, builds_per_gpu=4))
+    n = 300 * 14
+    assert one.bounds == {"GPU": n * 6.0, "CPU": n * 45.0 / 16, "runs": n * 20.0 / 4, "builds": n * 10.0 / 4}
+    assert one.bound == "GPU" and one.wall_seconds == 25200.0 and one.per_gpu_hour == pytest.approx(600.0)
+    node = tp.project(costs, 300, tp.Machine("node", 8, 16))
+    assert node.wall_seconds == 3150.0
+    assert tp.project(costs, 300, tp.Machine("slurm", 32, 16)).wall_seconds == 787.5
+    starved = tp.project(costs, 300, tp.Machine("node", 8, 4))
+    assert starved.bound == "CPU" and starved.wall_seconds == n * 45.0 / 32
+    assert tp.project(costs, 300, tp.Machine("node", 8, 4), cores_per_stage=2).wall_seconds == 2 * starved.wall_seconds
+    few_runs = tp.project(costs, 300, tp.Machine("node", 8, 16, runs_per_gpu=2))
+    assert few_runs.bound == "runs" and few_runs.wall_seconds == n * 20.0 / 16
+
+
+def test_the_model_applied_to_a_measured_batch():
+    records = [record(timings={"notebook": 20.0, "judge": 10.0, "gpu_exclusive": 5.0}) for _ in range(4)]
+    # GPU: 4 x 5 s; CPU: 4 x 30 s over 16 cores; runs: 4 x 20 s over 4 at once
+    assert tp.batch_model_seconds(records, tp.Machine("m", 1, 16, runs_per_gpu=8)) == 20.0
+    assert tp.batch_model_seconds(records, tp.Machine("m", 1, 16, runs_per_gpu=2)) == 40.0
+    assert tp.batch_model_seconds(records, tp.Machine("m", 1, 2, runs_per_gpu=8)) == 60.0
+
+
+def _graded_work(work: Path, pipeline_scores: dict[str, float | None], pipeline_rate: float) -> None:
+    """WORK as the script leaves it after grading two W1D7 students serially and through the pipeline."""
+    for mode, wall in (("serial", 100.0), ("pipeline", 40.0)):
+        out = work / mode
+        for student in ("fast_correct-c1", "fast_correct-c2"):
+            scores = pipeline_scores if mode == "pipeline" and student.endswith("c2") else {"test_a": 2.0}
+            rate = pipeline_rate if mode == "pipeline" else 900.0
+            write_result(out, student, scores=scores, perf_rows=[row(rate, 1000.0, 900.0)],
+                         timings={"notebook": 25.0, "build": 13.0, "compile": 7.0, "judge": 11.0,
+                                  **({"gpu_exclusive": 8.0, "frozen": 2.0} if mode == "pipeline" else {})})
+        write_result(out, "fast_correct-c1", DAY1, status="missing", scores={})
+        (work / f"{mode}.json").write_text(json.dumps({"command": ["x"], "returncode": 0, "wall_seconds": wall + 5}))
+        if mode == "pipeline":
+            (out / "schedule.json").write_text(json.dumps({"schedule": "pipeline", "wall_seconds": wall, "notebooks": 2,
+                                                           "limits": {"gpus": ["0"], "runs": 4, "builds": 4}}))
+
+
+def test_the_script_reports_both_runs_their_differences_targets_and_projection(tmp_path, capsys):
+    _graded_work(tmp_path, {"test_a": 0.0}, 918.0)
+    assert script.main(["--reuse", "--work", str(tmp_path), "--json", str(tmp_path / "r.json")]) == 0
+    printed = " ".join(capsys.readouterr().out.split())  # long lines are wrapped
+    assert "serial: 2 x week1/day7_fast_matmul; wall 105.0 s (measured around the grader" in printed
+    assert "pipeline: 2 x week1/day7_fast_matmul; wall 40.0 s (the grader's schedule.json; 45.0 s" in printed
+    assert "180 notebooks/h" in printed  # 2 in 40 s
+    assert "not recorded by any result (absent, not zero): replay, gpu_exclusive, gpu_wait, frozen" in printed
+    assert "verdicts: 1 DIFFER" in printed and "fast_correct-c2 week1/day7_fast_matmul test_a: 2.0 -> 0.0" in printed
+    assert "largest difference 2.0%" in printed
+    assert "EXTRAPOLATED" in printed and "week2/day7_optimized_gemm" in printed
+    assert printed.index("measured in the pipeline batch") < printed.index("EXTRAPOLATED")
+    report = json.loads((tmp_path / "r.json").read_text())
+    marks = {t["name"]: t["mark"] for t in report["comparison"]["targets"]}
+    assert list(marks.values()) == ["met", "NOT MET", "NOT MET", "met"]
+    assert report["modes"]["pipeline"]["notebooks"] == 2 and report["comparison"]["seeds"] == [7]
+    node = report["projection"]["machines"][1]
+    # 14 notebooks, each E = 8 s, C = 25 - 2 + 13 + 7 + 11 = 54 s, R = 25 s, B = 20 s; 8 GPUs, 128 cores
+    assert node["bounds_seconds"] == {"GPU": 4200 * 8.0 / 8, "CPU": 4200 * 54.0 / 128, "runs": 4200 * 25.0 / 32,
+                                      "builds": 4200 * 20.0 / 32}
+    assert node["bound"] == "GPU" and "limits" in printed
+    check = report["projection"]["batch_check"]
+    assert (check["model_seconds"], check["measured_seconds"]) == (16.0, 40.0)  # 2 x 8 s of the GPU alone
+
+
+def test_reuse_analyses_the_notebooks_the_batch_held(tmp_path, capsys):
+    write_result(tmp_path / "serial", "a", DAY1, timings={"notebook": 9.0})
+    write_result(tmp_path / "pipeline", "a", DAY1, timings={"notebook": 9.0})
+    for mode in ("serial", "pipeline"):
+        (tmp_path / f"{mode}.json").write_text(json.dumps({"command": [], "returncode": 0, "wall_seconds": 36.0}))
+    (tmp_path / "batch.json").write_text(json.dumps({"notebooks": [DAY1], "copies": 1, "students": ["a"]}))
+    assert script.main(["--reuse", "--work", str(tmp_path)]) == 0
+    assert f"pipeline: 1 x {DAY1}; wall 36.0 s" in capsys.readouterr().out
+
+
+def test_the_projection_alone_from_a_graded_class(tmp_path, capsys):
+    whole = tmp_path / "whole"
+    write_result(whole, "fast_correct", timings={"notebook": 20.0, "judge": 10.0})
+    write_result(whole, "fast_correct", DAY1, timings={"notebook": 10.0, "judge": 2.0})
+    assert script.main(["--project", "--from", str(whole), "--class-notebooks", f"{DAY1},{tp.W1D7}",
+                        "--class-students", "100", "--json", str(tmp_path / "r.json")]) == 0
+    printed = " ".join(capsys.readouterr().out.split())  # long lines are wrapped
+    assert "projection: 100 students x 2 notebooks" in printed and "comparison" not in printed
+    assert "the judge's wall time, an upper bound" in printed and "EXTRAPOLATED" not in printed
+    one = json.loads((tmp_path / "r.json").read_text())["projection"]["machines"][0]
+    assert one["bounds_seconds"]["GPU"] == 100 * 12.0 and one["bounds_seconds"]["CPU"] == 100 * 42.0 / 16
+
+
+def test_without_both_runs_the_script_says_so(tmp_path):
+    _graded_work(tmp_path, {"test_a": 2.0}, 900.0)
+    (tmp_path / "serial.json").unlink()
+    with pytest.raises(SystemExit, match="does not hold both runs"):
+        script.main(["--reuse", "--work", str(tmp_path)])
+
+
+def _grader_has_schedule() -> bool:
+    from grader.cli import parser
+
+    grade = parser()._subparsers._group_actions[0].choices["grade"]
+    return any("--schedule" in action.option_strings for action in grade._actions)
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.skipif(not _grader_has_schedule(), reason="`python -m grader grade` has no --schedule yet")
+def test_end_to_end_on_a_cpu(tmp_path, capsys):
+    """One demo student, one copy, one cheap notebook, graded twice on the CPU: the same verdicts, no timings."""
+    assert script.main(["--copies", "1", "--notebooks", DAY1, "--students", "fast_correct", "--device", "cpu",
+                        "--work", str(tmp_path), "--json", str(tmp_path / "r.json")]) == 0
+    printed = " ".join(capsys.readouterr().out.split())  # long lines are wrapped
+    assert (tmp_path / "batch" / "fast_correct-c1" / "week1" / "day1_host_baseline.ipynb").is_file()
+    report = json.loads((tmp_path / "r.json").read_text())
+    for mode in ("serial", "pipeline"):
+        assert report["modes"][mode]["run"]["returncode"] == 0
+        assert report["modes"][mode]["notebooks"] == 1
+        assert "--schedule" in report["modes"][mode]["run"]["command"]
+    assert report["comparison"]["verdict_differences"] == [] and report["comparison"]["items_compared"] > 0
+    assert "verdicts: identical" in printed and "a CPU's numbers, not a GPU's" in printed
+    assert [t["met"] for t in report["comparison"]["targets"]][1:] == [None, True, None]
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_on_a_gpu_the_pipeline_gives_the_serial_verdicts_and_records_its_exclusive_seconds(tmp_path):
+    """Two W1D7 students graded serially and through the pipeline on one GPU: the same verdicts, every ratio timed
+    in both runs, and each judged notebook's GPU-exclusive seconds recorded by the pipeline."""
+    assert script.main(["--notebooks", tp.W1D7, "--students", "fast_correct,slow_correct", "--device", "gpu",
+                        "--grade-args", "--gpus 0", "--work", str(tmp_path), "--json", str(tmp_path / "r.json")]) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert [report["modes"][m]["run"]["returncode"] for m in ("serial", "pipeline")] == [0, 0]
+    assert report["comparison"]["verdict_differences"] == []
+    diffs = report["comparison"]["ratio_differences"]
+    assert diffs and all(math.isfinite(d["relative"]) for d in diffs)
+    pipeline = tp.read_results(tmp_path / "pipeline", [tp.W1D7])
+    assert len(pipeline) == 2 and all(r.timings.get("gpu_exclusive", 0) > 0 for r in pipeline)
