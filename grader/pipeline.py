@@ -41,6 +41,7 @@ from sqlalchemy.exc import SAWarning
 from course import spec as specs
 from course.plan import NOMINAL_TARGET
 from grader import GRADER_VERSION, gpu_nodes, gradebook, judge, results, sandbox, score, watchdog
+from grader.compile_ttgir import compile_built
 from grader.dispatch import local_slots, run_local
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
 from grader.layout import (
@@ -60,6 +61,7 @@ JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
 RECORDING_CELL = "recording"
 JUDGE_MODULE = "grader.judge"
 REPLAY_START_SECONDS = 120.0  # a CPU replay's sandbox and imports, on a loaded machine
+COMPILE_SECONDS = 600.0  # the TTGIR compile stage's limit, as the build's (its failure only costs the judge time)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -359,6 +361,9 @@ def run_task(task: Task) -> Graded:
             shutil.rmtree(fresh, ignore_errors=True)
         if built.status != results.OK:  # no kernel can be judged: nothing here is the student's zero
             return Graded(_grader_fault(outcome, built.message), None, outcome.status)
+        if on_gpu and task.judge_cache:  # the judge then finds its kernels compiled in its cache
+            outcome.timings.update(compile_built(task.run / "built", gpu_target(), task.judge_cache,
+                                                 task.run / "compile.log", COMPILE_SECONDS).timings)
     replay_error = None
     replayed = [] if on_gpu else _cpu_replays(jobs, exported)
     if replayed:  # the plans run again on the judge's inputs, in a sandbox holding only the kernels' source
@@ -583,7 +588,7 @@ def reference_runs(out: Path, notebooks: list[CourseNotebook], settings: Setting
             solution = nbformat.read(str(notebook.solution_path), as_version=4)
             nbformat.write(solution, str(where / "sanitized.ipynb"))
             task = Task("reference", solution, notebook_plan(notebook), where, settings, run_seed, hide,
-                        bench_only=True, gpu="0")
+                        bench_only=True, gpu="0", judge_cache=out / "judge-cache")
             try:
                 graded = run_task(task)
                 problem = _reference_problem(graded, kernel_calls(notebook, settings, run_seed, "reference", True))
