@@ -118,8 +118,9 @@ def compile_built(built: Path, target: dict[str, Any], cache: Path, log: Path, t
     scratch = Path(tempfile.mkdtemp(prefix="gpu-course-compile-"))
     progress_file = scratch / "progress.json"
     request = scratch / "request.json"
-    # As pipeline.grader_environment (not imported: the pipeline imports this module).
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "CUDA_VISIBLE_DEVICES": "",
+    # As pipeline.grader_environment (not imported: the pipeline imports this module); ``import course`` (through
+    # grader.replay) must not ask for the GPU it cannot see.
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "CUDA_VISIBLE_DEVICES": "", "COURSE_DEVICE": "cpu",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
     argv = [sys.executable, "-P", "-m", "grader.compile_ttgir", str(request)]
     problem = ""
