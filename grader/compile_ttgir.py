@@ -5,6 +5,12 @@ on those files for the grading GPU's target, in ``python -P -m grader.compile_tt
 process of the grader's own without a GPU (``CUDA_VISIBLE_DEVICES=""``), writing into the Triton cache
 the judge is started with. The judge (``grader.replay.load_kernels``) then compiles the same text for the
 same target with the same options: a cache hit, so it only loads and launches while it holds the GPU.
+Triton's cache key (``triton.compiler.compiler.compile``, ``get_cache_key``) is Triton's own hash, the
+IR text's (not its path), ptxas's version with the arch, the options (from the TTGIR: warps and CTAs;
+the rest defaults and TRITON_* knobs) and Triton's cache-invalidating environment variables: all equal
+here and in the judge, which both take the grader's environment (CUDA_VISIBLE_DEVICES, COURSE_DEVICE
+and TRITON_INTERPRET differ, none of them in the key). The cache's groups name absolute paths: the
+judge must use the same folder.
 
 Why outside the sandbox: the input is IR text, each file checked against its index entry's digest
 (``grader.replay.built_ttgir``), and nothing of the notebook's Python exists here: the only code that
