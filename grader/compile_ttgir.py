@@ -131,6 +131,7 @@ def compile_built(built: Path, target: dict[str, Any], cache: Path, log: Path, t
     argv = [sys.executable, "-P", "-m", "grader.compile_ttgir", str(request)]
     problem = ""
     try:
+        log.write_bytes(b"")
         results.write_json_atomic(progress_file, {"done": {}, "compiling": None})
         request.write_text(json.dumps({"built": str(built), "target": target, "progress": str(progress_file)}),
                            encoding="utf-8")
