@@ -8,12 +8,13 @@ same target with the same options: a cache hit, so it only loads and launches wh
 Triton's cache key (``triton.compiler.compiler.compile``, ``get_cache_key``) is Triton's own hash, the
 IR text's (not its path), ptxas's version with the arch, the options (from the TTGIR: warps and CTAs;
 the rest defaults and TRITON_* knobs) and Triton's cache-invalidating environment variables: all equal
-here and in the judge, which both take the grader's environment (CUDA_VISIBLE_DEVICES, COURSE_DEVICE
-and TRITON_INTERPRET differ, none of them in the key). The cache's groups name absolute paths: the
+here and in the judge, which both take the grader's environment (CUDA_VISIBLE_DEVICES differs and the
+judge sets TRITON_INTERPRET, neither of them in the key). The cache's groups name absolute paths: the
 judge must use the same folder.
 
 Why outside the sandbox: the input is IR text, each file checked against its index entry's digest
-(``grader.replay.built_ttgir``), and nothing of the notebook's Python exists here: the only code that
+(``grader.replay.built_ttgir``, in the grader before the process starts), and nothing of the notebook's
+Python exists here: the only code that
 runs is Triton's compiler and the grader's, exactly what the judge ran on the same files before (it
 compiled them itself), and the cache it fills is the judge's own. Why a process of its own: a compiler
 that aborts on a file ends that process, not the grader; the kernel it was compiling gets an error and
@@ -62,43 +63,49 @@ def compiled_errors(built: Path) -> dict[str, str]:
     return {str(k): str(v)[:500] for k, v in errors.items()} if isinstance(errors, dict) else {}
 
 
-def _pending(built: Path) -> dict[str, dict[str, Any]]:
-    """The index entries the compiler is to compile: Triton's (CUDA C modules are already binaries)."""
-    index_file = built / "index.json"
-    index = json.loads(index_file.read_text(encoding="utf-8")) if index_file.is_file() else {}
-    return {str(key): entry for key, entry in index.items()
-            if isinstance(entry, dict) and "error" not in entry and not entry.get("cuda")}
-
-
-def _compile_one(built: Path, entry: dict[str, Any], target: Any) -> str | None:
-    """Compile one index entry's TTGIR into the cache, as the judge calls the compiler; its error message or None."""
-    import triton
-
+def _intact(built: Path) -> dict[str, dict[str, str]]:
+    """Launch key -> {"file", "kernel"} of each Triton entry of the index whose file matches its digest (CUDA C
+    modules are already binaries; a changed file is the judge's to refuse, saying so)."""
     from grader.replay import built_ttgir
 
+    index_file = built / "index.json"
+    index = json.loads(index_file.read_text(encoding="utf-8")) if index_file.is_file() else {}
+    found = {}
+    for key, entry in index.items():
+        if not isinstance(entry, dict) or "error" in entry or entry.get("cuda"):
+            continue
+        try:
+            built_ttgir(built, entry)
+        except ValueError:
+            continue
+        found[str(key)] = {"file": str(built / Path(str(entry["file"])).name), "kernel": str(entry.get("kernel"))}
+    return found
+
+
+def _compile_one(file: str, kernel: str, target: Any) -> str | None:
+    """Compile one TTGIR file into the cache, as the judge calls the compiler; its error message or None."""
+    import triton
+
     try:
-        built_ttgir(built, entry)
-    except ValueError:  # a file changed after its build: the judge refuses it itself, saying so
-        return None
-    try:
-        triton.compile(str(built / Path(str(entry["file"])).name), target=target)
+        triton.compile(file, target=target)
     except Exception as error:  # a TTGIR the compiler refuses is the kernel's error, not the grader's
-        return compile_error(entry.get("kernel"), error)
+        return compile_error(kernel, error)
     return None
 
 
 def compile_all(request: dict[str, Any]) -> None:
-    """The child's side: compile each pending TTGIR file not yet in the progress file, recording each one's outcome
-    there before the next starts (``"compiling"`` names the one in hand, should the compiler abort on it)."""
+    """The child's side: compile each of the request's kernels not yet in the progress file, recording each one's
+    outcome there before the next starts (``"compiling"`` names the one in hand, should the compiler abort on it).
+    It imports Triton and nothing of the course (whose import brings PyTorch): the files were checked already."""
     from triton.backends.compiler import GPUTarget
 
-    built, progress_file = Path(request["built"]), Path(request["progress"])
+    progress_file = Path(request["progress"])
     progress = json.loads(progress_file.read_text(encoding="utf-8"))
     target = GPUTarget(**request["target"])
-    for key, entry in _pending(built).items():
+    for key, kernel in request["kernels"].items():
         if key not in progress["done"]:
             results.write_json_atomic(progress_file, {**progress, "compiling": key})
-            progress["done"][key] = _compile_one(built, entry, target)
+            progress["done"][key] = _compile_one(kernel["file"], kernel["kernel"], target)
             results.write_json_atomic(progress_file, {**progress, "compiling": None})
 
 
@@ -124,16 +131,16 @@ def compile_built(built: Path, target: dict[str, Any], cache: Path, log: Path, t
     scratch = Path(tempfile.mkdtemp(prefix="gpu-course-compile-"))
     progress_file = scratch / "progress.json"
     request = scratch / "request.json"
-    # As pipeline.grader_environment (not imported: the pipeline imports this module); ``import course`` (through
-    # grader.replay) must not ask for the GPU it cannot see.
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "CUDA_VISIBLE_DEVICES": "", "COURSE_DEVICE": "cpu",
+    # As pipeline.grader_environment (not imported: the pipeline imports this module).
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "CUDA_VISIBLE_DEVICES": "",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
     argv = [sys.executable, "-P", "-m", "grader.compile_ttgir", str(request)]
     problem = ""
     try:
         log.write_bytes(b"")
         results.write_json_atomic(progress_file, {"done": {}, "compiling": None})
-        request.write_text(json.dumps({"built": str(built), "target": target, "progress": str(progress_file)}),
+        kernels = _intact(built)
+        request.write_text(json.dumps({"kernels": kernels, "target": target, "progress": str(progress_file)}),
                            encoding="utf-8")
         cache.mkdir(parents=True, exist_ok=True)
         while not problem:
@@ -147,8 +154,8 @@ def compile_built(built: Path, target: dict[str, Any], cache: Path, log: Path, t
             elif aborted is None:  # it died outside any kernel's compile: nothing to blame on a kernel
                 problem = f"the kernel compiler ended with exit code {code}"
             else:  # the compiler aborted on this kernel: its error, and a new process for the others
-                kernel = _pending(built).get(aborted, {}).get("kernel")
-                progress["done"][aborted] = compile_error(kernel, f"the compiler stopped (exit code {code})")
+                progress["done"][aborted] = compile_error(kernels[aborted]["kernel"],
+                                                          f"the compiler stopped (exit code {code})")
                 results.write_json_atomic(progress_file, {**progress, "compiling": None})
         errors = {key: message for key, message in results.read_json(progress_file)["done"].items() if message}
         record = built / COMPILED
