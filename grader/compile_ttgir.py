@@ -136,7 +136,11 @@ def compile_built(built: Path, target: dict[str, Any], cache: Path, log: Path, t
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
     argv = [sys.executable, "-P", "-m", "grader.compile_ttgir", str(request)]
     problem = ""
+    record = built / COMPILED
     try:
+        if record.is_dir() and not record.is_symlink():
+            shutil.rmtree(record)  # whatever the sandboxed builder left under this name is not the stage's record
+        record.unlink(missing_ok=True)
         log.write_bytes(b"")
         results.write_json_atomic(progress_file, {"done": {}, "compiling": None})
         kernels = _intact(built)
@@ -158,9 +162,6 @@ def compile_built(built: Path, target: dict[str, Any], cache: Path, log: Path, t
                                                           f"the compiler stopped (exit code {code})")
                 results.write_json_atomic(progress_file, {**progress, "compiling": None})
         errors = {key: message for key, message in results.read_json(progress_file)["done"].items() if message}
-        record = built / COMPILED
-        if record.is_dir() and not record.is_symlink():
-            shutil.rmtree(record)  # whatever the sandboxed builder left under this name is replaced
         results.write_json_atomic(record, {"target": target, "errors": errors})
     except (OSError, ValueError, KeyError) as error:
         problem = f"the kernel compile stage failed: {type(error).__name__}: {error}"

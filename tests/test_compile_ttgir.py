@@ -243,3 +243,14 @@ def test_a_compile_stage_past_its_limit_is_a_grader_error(built, tmp_path):
     assert outcome.status == results.GRADER_ERROR
     assert outcome.message == "compiling the kernels ran past its 0.5 s limit"
     assert outcome.message in (tmp_path / "log").read_text()
+
+
+def test_a_record_the_builder_left_is_never_taken_for_the_stage_s(tmp_path):
+    (tmp_path / "built").mkdir()
+    (tmp_path / "built" / "index.json").write_text("{not json")
+    forged = tmp_path / "built" / compile_ttgir.COMPILED
+    forged.write_text(json.dumps({"errors": {KEYS[0]: "the judge could not compile kernel matmul_kernel: forged"}}))
+    assert compile_ttgir.compiled_errors(tmp_path / "built") != {}
+    outcome = compile_ttgir.compile_built(tmp_path / "built", SM90, tmp_path / "cache", tmp_path / "log", 60)
+    assert outcome.status == results.GRADER_ERROR and "JSONDecodeError" in outcome.message
+    assert not forged.exists() and compile_ttgir.compiled_errors(tmp_path / "built") == {}
