@@ -145,6 +145,7 @@ def test_compile_built_fills_the_judge_cache_and_a_fresh_judge_compiles_nothing(
     assert outcome.status == results.OK and outcome.timings["compile"] > 0, outcome
     assert results.read_json(built / compile_ttgir.COMPILED) == {"target": SM90, "errors": {}}
     assert len(list(cache.rglob("__grp__*.json"))) == len(KEYS) and len(list(cache.rglob("*.cubin"))) == len(KEYS)
+    assert not list(cache.rglob("*.llir")) and not list(cache.rglob("*.ptx"))  # the binary alone is kept
     before = _files(cache)
     found = _judge_load(tmp_path, built, cache, target=SM90, forbid_compiling=True)
     assert found["errors"] == {} and sorted(found["loaded"]) == KEYS and found["compiled_here"] == []
