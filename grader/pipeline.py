@@ -43,6 +43,7 @@ from sqlalchemy.exc import SAWarning
 from course import spec as specs
 from course.plan import NOMINAL_TARGET
 from grader import GRADER_VERSION, gpu_idle, gpu_nodes, gradebook, judge, results, sandbox, score, watchdog
+from grader.compile_ttgir import compile_built
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
 from grader.gpu_gate import GpuGate, Pausable
 from grader.layout import (
@@ -64,6 +65,7 @@ RECORDING_CELL = "recording"
 JUDGE_MODULE = "grader.judge"
 REPLAY_START_SECONDS = 120.0  # a CPU replay's sandbox and imports, on a loaded machine
 RUNS_PER_GPU = 4  # sandboxed runs sharing one GPU by default (an H100's 80 GB holds four notebooks' tensors)
+COMPILE_SECONDS = 600.0  # the TTGIR compile stage's limit, as the build's (its failure only costs the judge time)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -391,6 +393,9 @@ def build_stage(task: Task, staged: Staged) -> Staged:
         if built.status != results.OK:  # no kernel can be judged: nothing here is the student's zero
             staged.failed = Graded(_grader_fault(outcome, built.message), None, outcome.status)
             return staged
+        if on_gpu and task.judge_cache:  # the judge then finds its kernels compiled in its cache
+            outcome.timings.update(compile_built(task.run / "built", gpu_target(), task.judge_cache,
+                                                 task.run / "compile.log", COMPILE_SECONDS).timings)
     replayed = [] if on_gpu else _cpu_replays(jobs, staged.exported)
     if replayed:  # the plans run again on the judge's inputs, in a sandbox holding only the kernels' source
         fresh = sandbox.make_scratch("gpu-course-replay-")
@@ -634,7 +639,8 @@ def reference_task(out: Path, notebook: CourseNotebook, settings: Settings, run_
     marker.unlink(missing_ok=True)
     solution = nbformat.read(str(notebook.solution_path), as_version=4)
     nbformat.write(solution, str(where / "sanitized.ipynb"))
-    return Task("reference", solution, notebook_plan(notebook), where, settings, run_seed, hide, bench_only=True)
+    return Task("reference", solution, notebook_plan(notebook), where, settings, run_seed, hide, bench_only=True,
+                judge_cache=out / "judge-cache")
 
 
 def reference_result(out: Path, notebook: CourseNotebook, settings: Settings, run_seed: int,

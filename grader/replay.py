@@ -14,7 +14,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ import torch
 
 from course import cuda
 from course.plan import PLAN_VERSIONS, decode_value, describe_inputs, ttgir_digest
-from grader import build_cuda, tma
+from grader import build_cuda, compile_ttgir, tma
 from grader.build_kernels import launch_key
 
 MAX_LAUNCHES = 64
@@ -49,6 +50,8 @@ class Kernels:
     descriptors: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     functions: dict[tuple[str, str], cuda.Function] = field(default_factory=dict)  # CUDA: (key, name) -> kernel
     ttgir: dict[str, str] = field(default_factory=dict)  # launch key -> the TTGIR compiled (grader.ir_rules reads it)
+    loaded: list[str] = field(default_factory=list)  # launch keys found compiled in Triton's cache
+    compiled_here: list[str] = field(default_factory=list)  # launch keys the judge had to compile (cache misses)
 
 
 def built_ttgir(built: Path, entry: dict[str, Any]) -> str:
@@ -64,43 +67,77 @@ def built_ttgir(built: Path, entry: dict[str, Any]) -> str:
     return text
 
 
-def load_kernels(built: Path, target: Any = None) -> Kernels:
-    """Compile the builder's TTGIR files for this GPU (Triton's compiler on IR text: no Python of the notebook).
+@contextmanager
+def _counted_cache(cache: Path | None) -> Iterator[list[bool]]:
+    """Triton's cache folder set to ``cache`` (unless None) for a while; yields the list of each compile's
+    ``cache_hit`` (Triton's compilation listener)."""
+    from triton import knobs
 
-    ``target`` (a ``GPUTarget``) is the current GPU's unless given (tests compile for sm_90 without one).
-    """
+    hits: list[bool] = []
+    with knobs.compilation.scope(), knobs.cache.scope():
+        knobs.compilation.listener = lambda **compiled: hits.append(compiled["cache_hit"])
+        if cache is not None:
+            knobs.cache.dir = str(cache)
+        yield hits
+
+
+def _load_cuda(kernels: Kernels, key: str, entry: dict[str, Any], file: Path) -> None:
+    try:
+        kernels.compiled[key] = cuda.load_image(file.read_bytes())
+        kernels.digests[key] = str(entry["source_sha256"])
+    except Exception as error:  # a module the driver refuses is reported, not raised
+        kernels.errors[key] = f"the judge could not load a CUDA module: {error}"[:500]
+
+
+def _load_triton(kernels: Kernels, key: str, entry: dict[str, Any], file: Path, text: str, target: Any,
+                 hits: list[bool]) -> None:
     import triton
 
+    try:
+        compiled = triton.compile(str(file), target=target)
+        (kernels.loaded if hits.pop() else kernels.compiled_here).append(key)
+        kernels.descriptors[key] = tma.adapt(compiled, str(file))
+        kernels.compiled[key] = compiled
+        kernels.digests[key] = ttgir_digest(text)
+        kernels.ttgir[key] = text
+    except tma.DescriptorError as error:
+        kernels.errors[key] = f"the judge cannot replay kernel {entry.get('kernel')}: {error}"
+    except Exception as error:  # a TTGIR the compiler refuses is reported, not raised
+        kernels.errors[key] = compile_ttgir.compile_error(entry.get("kernel"), error)
+
+
+def load_kernels(built: Path, target: Any = None, cache: Path | None = None) -> Kernels:
+    """The builder's kernels for this GPU, from the Triton cache that ``grader.compile_ttgir`` filled for it.
+
+    Each TTGIR file is handed to Triton's compiler as before (IR text: no Python of the notebook); with the
+    same text, target and options as the compile stage's, that finds its cached binary and compiles nothing
+    (``Kernels.loaded``). A kernel missing from the cache is compiled here (``Kernels.compiled_here``), and a
+    compile error the stage recorded is reported without compiling again. ``target`` (a ``GPUTarget``) is the
+    current GPU's unless given (tests compile for sm_90 without one); ``cache`` is Triton's cache folder
+    (TRITON_CACHE_DIR) unless given.
+    """
     kernels = Kernels({}, {}, {})
     index_file = built / "index.json"
     index = json.loads(index_file.read_text(encoding="utf-8")) if index_file.exists() else {}
-    for key, entry in index.items():
-        if "error" in entry:
-            kernels.errors[key] = str(entry["error"])
-            continue
-        file = built / Path(str(entry["file"])).name
-        if entry.get("cuda"):
+    recorded = compile_ttgir.compiled_errors(built)
+    with _counted_cache(cache) as hits:
+        for key, entry in index.items():
+            if "error" in entry:
+                kernels.errors[key] = str(entry["error"])
+                continue
+            file = built / Path(str(entry["file"])).name
+            if entry.get("cuda"):
+                _load_cuda(kernels, key, entry, file)
+                continue
             try:
-                kernels.compiled[key] = cuda.load_image(file.read_bytes())
-                kernels.digests[key] = str(entry["source_sha256"])
-            except Exception as error:  # a module the driver refuses is reported, not raised
-                kernels.errors[key] = f"the judge could not load a CUDA module: {error}"[:500]
-            continue
-        try:
-            text = built_ttgir(built, entry)
-        except ValueError as error:
-            kernels.errors[key] = str(error)
-            continue
-        try:
-            compiled = triton.compile(str(file), target=target)
-            kernels.descriptors[key] = tma.adapt(compiled, str(file))
-            kernels.compiled[key] = compiled
-            kernels.digests[key] = ttgir_digest(text)
-            kernels.ttgir[key] = text
-        except tma.DescriptorError as error:
-            kernels.errors[key] = f"the judge cannot replay kernel {entry.get('kernel')}: {error}"
-        except Exception as error:  # a TTGIR the compiler refuses is reported, not raised
-            kernels.errors[key] = f"the judge could not compile kernel {entry.get('kernel')}: {error}"[:500]
+                text = built_ttgir(built, entry)
+            except ValueError as error:
+                kernels.errors[key] = str(error)
+                continue
+            if key in recorded:
+                kernels.errors[key] = recorded[key]
+            else:
+                _load_triton(kernels, key, entry, file, text, target, hits)
     return kernels
 
 

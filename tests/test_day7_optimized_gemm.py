@@ -20,7 +20,7 @@ import triton
 from course import check, device, plan, plot, spec
 from course.exercises import w2d6_tensor_cores as day6
 from course.exercises import w2d7_gemm_fp16 as day7
-from grader import build_kernels, replay, tma
+from grader import build_kernels, compile_ttgir, replay, results, tma
 from grader.layout import REPO, SOLUTIONS
 
 ORDER = spec.get("w2d7.tile_order")
@@ -308,8 +308,11 @@ def test_a_tma_kernel_replays_on_the_judge_s_own_buffers_and_scratch(tmp_path, s
     assert recorded["problems"] == [] and [launch["kernel"] for launch in recorded["launches"]] == ["matmul_tma_kernel"]
     exported = tmp_path / "export.json"
     exported.write_text(json.dumps({"kernels": {"w2d7.matmul_fp16": {"calls": {"c": {"plan": recorded}}}}}))
-    build_kernels.build({"notebook": str(NOTEBOOK), "export": str(exported),
-                         "target": recorded["launches"][0]["target"], "out": str(tmp_path / "built")})
+    target = recorded["launches"][0]["target"]
+    build_kernels.build({"notebook": str(NOTEBOOK), "export": str(exported), "target": target,
+                         "out": str(tmp_path / "built")})
+    compiled = compile_ttgir.compile_built(tmp_path / "built", target, tmp_path / "cache", tmp_path / "log", 300)
+    assert compiled.status == results.OK, compiled
     kernels = replay.load_kernels(tmp_path / "built")
     triton.set_allocator(lambda size, alignment, stream: pytest.fail("the notebook's allocator was used"))
     fresh = GEMM.make_inputs((512, 384, 256), 1, "cuda")
@@ -317,3 +320,15 @@ def test_a_tma_kernel_replays_on_the_judge_s_own_buffers_and_scratch(tmp_path, s
     out = replay.launch(prepared)
     torch.cuda.synchronize()
     assert check.relative_error(out, GEMM.reference(fresh)) < GEMM.tolerance
+    # As the judge: a fresh process loads the kernel from the cache compile_built filled (any compile there fails).
+    request = tmp_path / "load.json"
+    request.write_text(json.dumps({"built": str(tmp_path / "built"), "cache": str(tmp_path / "cache"),
+                                   "forbid_compiling": True, "plan": recorded, "spec": GEMM.id,
+                                   "shape": [512, 384, 256], "seed": 1, "output_dtype": "float16",
+                                   "output_shape": [512, 384]}))
+    done = subprocess.run([sys.executable, "-P", "-m", "tests.cached_judge", str(request)], cwd=tmp_path,
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["errors"] == {} and found["compiled_here"] == [] and len(found["loaded"]) == 1, found
+    assert found["relative_error"] < GEMM.tolerance
