@@ -165,6 +165,20 @@ def comparison(serial: dict[str, Any], pipeline: dict[str, Any],
     return lines, data
 
 
+def alone_block(modes: dict[str, dict[str, Any]], notebooks: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """What one run alone shows: its GPU-exclusive seconds and rate against issue 16's throughput targets."""
+    (mode, data), = modes.items()
+    lines = [f"{mode} alone: nothing to compare its verdicts and ratios with (grade both modes for that)"]
+    if mode != "pipeline":
+        return lines, {}
+    listed = schedule_gpus(data["schedule"])
+    rate = data["per_hour"] if notebooks == [tp.W1D7] else None
+    goals = tp.targets(data["records"], rate, len(listed) if listed is not None else None, [], [])[:2]
+    lines.append("targets (issue 16) this run can show:")
+    lines += [f"  {t.mark:<14}{t.name}: {t.measured}" for t in goals]
+    return lines, {"targets": [{**asdict(t), "mark": t.mark} for t in goals]}
+
+
 def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCost]],
                batch: dict[str, Any] | None) -> tuple[list[str], dict[str, Any]]:
     class_notebooks = args.class_notebooks.split(",") if args.class_notebooks else \
@@ -243,6 +257,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grade-args", default="", help='more grader options for the pipeline run ("--gpus 0 --runs 8")')
     p.add_argument("--common-args", default="", help="more grader options for both runs")
     p.add_argument("--work", type=Path, default=REPO / "build" / "throughput", help="(default: %(default)s)")
+    p.add_argument("--modes", default=",".join(MODES),
+                   help="which runs to grade (default: %(default)s); one alone is reported without the comparison, "
+                        "e.g. a pipeline batch too large to also grade one at a time")
     p.add_argument("--reuse", action="store_true", help="analyse WORK's earlier runs; grade nothing")
     p.add_argument("--project", action="store_true",
                    help="print only the projection, from --from OUT (and WORK's pipeline run with --reuse); "
@@ -282,24 +299,31 @@ def main(argv: list[str] | None = None) -> int:
     known = {nb.key for nb in course_notebooks()}
     if set(notebooks) - known:
         raise SystemExit(f"not a course notebook: {', '.join(sorted(set(notebooks) - known))}")
+    chosen = [m for m in MODES if m in args.modes.split(",")]
+    if not chosen:
+        raise SystemExit(f"--modes takes {', '.join(MODES)}, not {args.modes!r}")
     grade = not (args.reuse or args.project)
     if grade:
         work.mkdir(parents=True, exist_ok=True)
         batch = build_batch(work, notebooks, args.students.split(",") if args.students else None, args.copies)
         (work / "batch.json").write_text(json.dumps({"notebooks": notebooks, "copies": args.copies,
                                                      "students": sorted(p.name for p in batch.iterdir())}))
-        for mode in MODES:
+        for mode in chosen:
+            (work / f"{mode}.json").unlink(missing_ok=True)
             run_grader(work, batch, mode, args)
     report: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     lines: list[str] = []
-    modes = {mode: read_mode(work, mode, notebooks) for mode in MODES if (work / f"{mode}.json").is_file()} \
+    modes = {mode: read_mode(work, mode, notebooks) for mode in chosen if (work / f"{mode}.json").is_file()} \
         if grade or args.reuse else {}
     if not args.project:
         for mode, data in modes.items():
             lines += mode_block(mode, data) + [""]
-        if set(modes) != set(MODES):
-            raise SystemExit(f"{work} does not hold both runs ({', '.join(MODES)}): grade them first")
-        compared, report["comparison"] = comparison(modes["serial"], modes["pipeline"], notebooks)
+        if not modes:
+            raise SystemExit(f"{work} holds none of the runs {', '.join(chosen)}: grade them first")
+        if set(modes) == set(MODES):
+            compared, report["comparison"] = comparison(modes["serial"], modes["pipeline"], notebooks)
+        else:
+            compared, report["comparison"] = alone_block(modes, notebooks)
         lines += compared + [""]
         report["modes"] = {m: {**{k: v for k, v in d.items() if k != "records"}, "notebooks": len(d["records"]),
                                "stages": [asdict(s) for s in tp.stage_stats(d["records"])]} for m, d in modes.items()}
