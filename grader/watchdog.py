@@ -9,7 +9,8 @@ functions. The judge's per-notebook limit stays the last resort; a judge that en
 outside a student's step is the grader's fault, reported as the verdict's ``error``.
 
 Before its GPU work the judge asks for the GPU alone on the same pipe; the watchdog takes it from the gate
-(``grader.gpu_gate``: the other users of that GPU are paused) and answers on a second pipe. The GPU is given
+(``grader.gpu_gate``: the other users of that GPU are paused, other judges waiting for it included) and answers
+on a second pipe. The GPU is given
 back when the judge says so or ends, however it ends. The seconds waited for the GPU do not count against the
 judge's limit; the seconds it was held are the verdict's ``gpu_exclusive``.
 """
@@ -106,6 +107,18 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
     step, pending = None, b""
     holding: contextlib.AbstractContextManager[Hold] | None = None
     hold = Hold()
+    # Until it holds its GPU, the judge is one more user of it, paused while another judge times there.
+    sharing = alone.gate.shared(alone.gpu) if alone.gate is not None else None
+    user = sharing.__enter__() if sharing is not None else None
+    if user is not None:
+        user.attach(process.pid)
+
+    def stop_sharing() -> None:
+        nonlocal sharing, deadline
+        if sharing is not None:
+            sharing.__exit__(None, None, None)
+            deadline += user.paused_seconds()  # paused time is not the judge's time
+            sharing = None
 
     def give_back() -> None:
         nonlocal holding
@@ -116,7 +129,7 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
 
     try:
         while True:
-            now = time.monotonic()
+            now = time.monotonic() - (user.paused_seconds() if sharing is not None else 0.0)
             if now >= deadline:
                 return Ending("limit", step)
             if step is not None and step.overran(now):
@@ -136,6 +149,7 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
             for line in lines:
                 parsed = _parse(line, time.monotonic())
                 if parsed == "gpu" and holding is None:
+                    stop_sharing()
                     asked = time.monotonic()
                     holding = _exclusive(alone)
                     hold = holding.__enter__()
@@ -154,6 +168,7 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
         os.close(read_end)
         os.close(grant_write)
         _kill(process)
+        stop_sharing()
         give_back()
 
 

@@ -149,3 +149,27 @@ def test_a_judge_whose_cuda_context_broke_is_started_again_for_the_other_kernels
     assert "error" not in verdict and verdict["stopped"] == []
     assert set(verdict["kernels"]) == {"w1d4.saxpy", "w1d4.vector_add"}
     assert "a CUDA error broke the judge's context: starting it again" in (tmp_path / "judge.log").read_text()
+
+
+def test_a_judge_waiting_for_its_gpu_is_paused_while_another_holds_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALONE_SECONDS", "0.1")
+    job, _ = _job(tmp_path)
+    gate = GpuGate(idle=lambda gpu: True)
+    holding, held_until = threading.Event(), []
+
+    def other_judge():
+        with gate.exclusive("0"):
+            holding.set()
+            time.sleep(4.0)
+            held_until.append(time.monotonic())
+
+    other = threading.Thread(target=other_judge)
+    other.start()
+    holding.wait()
+    verdict = _run(tmp_path, job, "tests.judge_hooks", grader_environment(dict(os.environ)), gate=gate)
+    other.join()
+    assert "error" not in verdict, verdict.get("error")
+    # Paused from its start, it asked for the GPU only after the other let go: had it run meanwhile, its
+    # start-up (seconds of imports) would have ended long before, and it would have waited at the gate.
+    assert verdict["seconds"]["gpu_wait"] < 0.5
+    assert (tmp_path / "verdict.json").stat().st_mtime >= time.time() - (time.monotonic() - held_until[0])
