@@ -520,7 +520,12 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
     verdict["judge_kernels"] = {"loaded": sum(len(k.loaded) for k in loads),
                                 "compiled": sum(len(k.compiled_here) for k in loads)}
     stream = torch.cuda.Stream()
+    baselines = Baselines(Path(job["baselines"]), job["run_seed"]) if job.get("baselines") else None
     with WATCH.alone(), torch.cuda.stream(stream):
+        if baselines is not None:  # timed before any student kernel runs here
+            WATCH.step(None, "the library's baselines", None)
+            baselines.fill([(specs.get(j["spec"]), tuple(shape)) for j in job["kernels"]
+                            for shape in j["bench_shapes"]])
         for spec_job in job["kernels"]:
             spec = specs.get(spec_job["spec"])
             try:
@@ -528,7 +533,7 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
                     kernel = _judge_host(spec, spec_job, student_export, Path(job["export"]) / "arrays", "cuda")
                 else:
                     kernel = _judge_spec(spec, spec_job, job, student_export, student_kernels,
-                                         reference_export, reference_kernels)
+                                         reference_export, reference_kernels, baselines)
             except Exception as error:  # the judge's own fault, never the student's: a grader_error
                 _record_fault(verdict, f"judging {spec.id}", error)
                 continue
@@ -541,10 +546,10 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
 
 
 def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export: dict[str, Any],
-                kernels: Any, reference_export: dict[str, Any], reference_kernels: Any) -> dict[str, Any]:
+                kernels: Any, reference_export: dict[str, Any], reference_kernels: Any,
+                baselines: Baselines | None = None) -> dict[str, Any]:
     import torch
 
-    from course import bench
     from course import plan as plan_module
     from course.check import compare
     from grader import replay
@@ -623,15 +628,50 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
             continue
         row["student_ms"], row["error"] = (None, f"not timed: {message}") if not passed else \
             _time_plan(spec, plan, kernels, shape, seed, replay_limit(job, spec, shape))
-        baseline = bench.time_calls(lambda *inputs: spec.baseline(inputs),
-                                    lambda j, s=shape, b=seed: spec.make_inputs(s, b + 7 + j, "cuda"), warmup=1)
-        row["baseline_ms"] = baseline.median_ms
+        row["baseline_ms"] = baselines.get(spec, shape) if baselines is not None else \
+            time_baseline(spec, shape, seed)
         reference_plan = (reference_calls.get(key) or {}).get("plan") if isinstance(reference_calls, dict) else None
         if reference_kernels is not None and reference_plan is not None:
             row["reference_ms"], reference_error = _time_plan(spec, reference_plan, reference_kernels, shape, seed + 3)
             if reference_error:
                 row["reference_error"] = reference_error
     return {"sets": sets, "bench": {"measured": True, "rows": rows, "broken": broken}}
+
+
+def time_baseline(spec: Any, shape: tuple[int, ...], seed: int) -> float:
+    """Median ms of the spec's library baseline at ``shape`` (fresh inputs for every call)."""
+    from course import bench
+
+    return bench.time_calls(lambda *inputs: spec.baseline(inputs),
+                            lambda j: spec.make_inputs(shape, seed + 7 + j, "cuda"), warmup=1).median_ms
+
+
+class Baselines:
+    """The library's times on this GPU in this grading run, one per spec and shape, shared by its judges.
+
+    A library call's time does not depend on whose notebook is judged, so it is timed once per GPU and run: by the
+    first judge that needs it, with the GPU held alone and before any student kernel runs in that judge (``fill``).
+    The judges of one GPU take turns at the gate, so one writes at a time. The student's and the reference
+    solution's plans are still timed beside each other in every judge.
+    """
+
+    def __init__(self, folder: Path, seed: int) -> None:
+        self.folder, self.seed = folder, seed
+
+    def _path(self, spec: Any, shape: tuple[int, ...]) -> Path:
+        return self.folder / f"{spec.id}-{'x'.join(map(str, shape))}.json"
+
+    def fill(self, specs_and_shapes: list[tuple[Any, tuple[int, ...]]]) -> None:
+        for spec, shape in specs_and_shapes:
+            if not self._path(spec, shape).exists():
+                ms = time_baseline(spec, shape, derive_seed(self.seed, "baseline", spec.id, shape))
+                results.write_json_atomic(self._path(spec, shape), {"median_ms": ms})
+
+    def get(self, spec: Any, shape: tuple[int, ...]) -> float:
+        path = self._path(spec, shape)
+        if not path.exists():
+            self.fill([(spec, shape)])
+        return float(results.read_json(path)["median_ms"])
 
 
 def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...], seed: int,

@@ -216,3 +216,19 @@ def test_an_export_with_an_int_python_will_not_read_keeps_every_other_answer(tmp
     assert exported["answers"]["small"] == {"value": 7}
     verdicts = judge.run_tests([{"grade_id": "t", "source": "assert huge"}], exported["answers"], tmp_path)
     assert verdicts["t"]["message"] == "unsupported answer: huge: an int of 5001 digits"
+
+
+def test_the_librarys_time_is_measured_once_per_gpu_and_run_and_shared(tmp_path, monkeypatch):
+    from course import spec as specs
+
+    timed = []
+    monkeypatch.setattr(judge, "time_baseline", lambda spec, shape, seed: timed.append((spec.id, shape)) or 1.5)
+    spec = specs.get("w1d7.matmul_fp32")
+    first = judge.Baselines(tmp_path / "GPU-a", run_seed := 7)
+    first.fill([(spec, (1024, 1024, 1024)), (spec, (2048, 2048, 2048))])
+    second = judge.Baselines(tmp_path / "GPU-a", run_seed)  # the next judge on the same GPU
+    second.fill([(spec, (1024, 1024, 1024))])
+    assert second.get(spec, (2048, 2048, 2048)) == 1.5
+    assert timed == [(spec.id, (1024,) * 3), (spec.id, (2048,) * 3)]
+    judge.Baselines(tmp_path / "GPU-b", run_seed).fill([(spec, (1024, 1024, 1024))])  # another GPU times its own
+    assert len(timed) == 3
