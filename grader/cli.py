@@ -332,7 +332,7 @@ def _execution_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="auto", help="auto (a GPU if visible), gpu or cpu (default: %(default)s)")
     parser.add_argument("--runs", "--jobs", dest="runs", type=_at_least_one, default=None,
                         help="sandboxed notebook runs at once, over all GPUs; runs share their GPU and are paused "
-                             "while a judge times on it (default: 4 per GPU, at most a third of the CPUs; 2 on a "
+                             "while a judge times on it (default: 6 per GPU, at most half the CPUs; 2 on a "
                              "CPU; make: RUNS)")
     parser.add_argument("--bench-shapes", default=None,
                         help='JSON list of benchmark shapes, e.g. "[[2048,2048,2048]]", used by the specs whose shapes '

@@ -64,7 +64,7 @@ JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
 RECORDING_CELL = "recording"
 JUDGE_MODULE = "grader.judge"
 REPLAY_START_SECONDS = 120.0  # a CPU replay's sandbox and imports, on a loaded machine
-RUNS_PER_GPU = 4  # sandboxed runs sharing one GPU by default (an H100's 80 GB holds four notebooks' tensors)
+RUNS_PER_GPU = 6  # sandboxed runs sharing one GPU by default: paused while judges time, about half the time
 BASELINES = "baselines"  # in OUT: this run's library timings (grader.judge.Baselines)
 COMPILE_SECONDS = 600.0  # the TTGIR compile stage's limit, as the build's (its failure only costs the judge time)
 
@@ -712,7 +712,7 @@ def limits_for(settings: Settings) -> Limits:
                          f"{', '.join(visible_gpus()) or 'none'})")
     if settings.schedule == "serial":
         return Limits(gpus[:1], 1, 1, 1)
-    runs = settings.runs or max(1, min(RUNS_PER_GPU * len(gpus), cpus // 3))
+    runs = settings.runs or max(1, min(RUNS_PER_GPU * len(gpus), cpus // 2))
     return Limits(tuple(gpus), runs, settings.builds or max(1, cpus // 4), settings.judges_per_gpu)
 
 
@@ -771,17 +771,18 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             notebook = find_course_notebook(assignment, name)
             references[notebook.key] = _reference_future(scheduler, out, notebook, settings, run_seed, hide, log)
         futures: dict[Future, str] = {}
-        for submission in todo:
+        unread: list[tuple[Submission, NotebookResult]] = []
+        for submission in todo:  # each notebook's run starts as soon as it is sanitized
             key = f"{submission.assignment}/{submission.notebook}"
             if submission.path is None:
-                finished(submission, _missing_or_unreadable(submission, submission.status or results.MISSING,
-                                                            submission.found or "no notebook was submitted",
-                                                            settings), None)
+                unread.append((submission, _missing_or_unreadable(
+                    submission, submission.status or results.MISSING, submission.found or "no notebook was submitted",
+                    settings)))
                 continue
             cleaned = sanitize(submission.path, submission.assignment, submission.notebook, submission.student, url)
             if cleaned.notebook is None:
-                finished(submission, _missing_or_unreadable(submission, cleaned.status, cleaned.message, settings),
-                         None)
+                unread.append((submission, _missing_or_unreadable(submission, cleaned.status, cleaned.message,
+                                                                  settings)))
                 continue
             run = run_dir(out, submission)
             run.mkdir(parents=True, exist_ok=True)
@@ -790,6 +791,8 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
                         judge_cache=out / "judge-cache", baselines=out / BASELINES)
             tasks[submission.key] = (submission, task, cleaned.notes)
             futures[scheduler.submit(task, references.get(key), _with_reference)] = submission.key
+        for submission, result in unread:  # recorded while the graded ones run
+            finished(submission, result, None)
         for future in as_completed(futures):
             submission, task, notes = tasks[futures[future]]
             finished(submission, _graded_result(submission, future.result(), task, settings, run_seed, notes),

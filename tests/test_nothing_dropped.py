@@ -319,7 +319,7 @@ def test_grade_help_shows_every_default(capsys):
         cli.main(["grade", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     for default in ("(default: 600;", "(default: 1800;", "(default: 900;", "(default: 8;", "(default: auto)",
-                    "(default: build/grades)", "(default: drawn afresh", "(default: 4 per GPU", "(default: pipeline;",
+                    "(default: build/grades)", "(default: drawn afresh", "(default: 6 per GPU", "(default: pipeline;",
                     "(default: every visible GPU;", "(default: a quarter of the CPUs"):
         assert default in text, default
 
