@@ -48,9 +48,11 @@ $(STAMP): $(REQUIREMENTS) pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name gpu-kernels-course --display-name "GPU kernels course"
 	touch $(STAMP)
 
+# -n auto: a pytest worker per CPU on a CPU-only machine, none beside a GPU (tests/conftest.py); loadscope keeps each
+# test file on one worker, so a file's graded class is graded once.
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadscope
 
 lint: setup
 	$(PY) -m ruff check .

@@ -8,12 +8,13 @@ preview for the student, not the grade.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
-
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 from course import bench, plot
 from course.spec import ExerciseSpec, Shape, get
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def performance(spec_id: str | ExerciseSpec, fn: Callable[..., Any],

@@ -5,9 +5,10 @@ from __future__ import annotations
 import io
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
-from matplotlib.figure import Figure
+if TYPE_CHECKING:  # matplotlib is imported where a plot is drawn: `import course` (every run and replay) skips it
+    from matplotlib.figure import Figure
 
 
 def gflops_vs_size(series: Mapping[str, Sequence[float]], labels: Sequence[str], title: str,
@@ -17,6 +18,7 @@ def gflops_vs_size(series: Mapping[str, Sequence[float]], labels: Sequence[str],
     ``log_scale`` puts the rates on a logarithmic axis, for series that differ by orders of magnitude;
     a NaN value leaves a gap (a shape that implementation was not run on).
     """
+    import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 3.8))
     positions = range(len(labels))
     for name, values in series.items():
@@ -43,6 +45,7 @@ def roofline(peak_gflops: float, peak_gbps: float, points: Mapping[str, tuple[fl
 
     ``points`` maps a name to (intensity, measured GFLOP/s). The roof is min(peak, bandwidth x intensity).
     """
+    import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(6, 4))
     ridge = peak_gflops / peak_gbps
     intensities = [intensity for intensity, _ in points.values() if intensity > 0]
@@ -68,6 +71,7 @@ def program_grid(panels: Mapping[str, Sequence[Sequence[float]]], title: str, an
     ``panels`` maps a caption to a 2-D array (rows x columns, anything ``numpy.asarray`` reads). Cells
     are numbered only when both sides are at most ``annotate_limit``; larger grids are colour alone.
     """
+    import matplotlib.pyplot as plt
     import numpy as np
 
     if not panels:
@@ -105,6 +109,7 @@ def wave_footprint(orders: Mapping[str, Sequence[Sequence[float]]], programs: in
     as the tiles the first wave of ``programs`` programs computes (the others shaded by wave, alternately), with
     strips marking the row panels of A (left) and column panels of B (top) that this first wave reads.
     """
+    import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.colors import ListedColormap
 
@@ -149,6 +154,7 @@ def tile_reuse(sides: Sequence[int], loaded_bytes: Sequence[float], title: str,
                gflops: Mapping[int, float] | None = None) -> Figure:
     """Bytes a tiled matmul loads against its (square) tile side, 1 meaning untiled; beside it, when
     measured, the GFLOP/s of each tile side (``gflops`` maps a side to its rate; missing sides are skipped)."""
+    import matplotlib.pyplot as plt
     if len(sides) != len(loaded_bytes):
         raise ValueError(f"{len(loaded_bytes)} traffic values for {len(sides)} tile sides")
     panels = 2 if gflops else 1
@@ -187,6 +193,7 @@ def address_map(panels: Mapping[str, Sequence[int]], block: int, sector: int = 8
     width, so grey without colour is traffic the program fetched and did not use. Lanes go from light
     (lane 0) to full colour (the last lane).
     """
+    import matplotlib.pyplot as plt
     if block < 1 or sector < 1:
         raise ValueError("block and sector must be positive")
     if not panels:
@@ -233,6 +240,7 @@ def times_per_call(times_ms: Sequence[float], title: str, skip: int = 0) -> Figu
 
     Shows what a single measurement hides: a slow first call, the spread, and the outliers.
     """
+    import matplotlib.pyplot as plt
     if len(times_ms) <= skip:
         raise ValueError(f"{len(times_ms)} times, all of them skipped")
     fig, ax = plt.subplots(figsize=(7, 3.2))
@@ -254,6 +262,7 @@ def times_per_call(times_ms: Sequence[float], title: str, skip: int = 0) -> Figu
 
 
 def to_png(fig: Figure) -> bytes:
+    import matplotlib.pyplot as plt
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     plt.close(fig)
@@ -273,6 +282,7 @@ def score_distribution(fractions: Mapping[str, Sequence[float]], title: str = "S
     ``fractions`` maps a notebook's name to its students' scores as fractions of the maximum (0 to 1).
     Dots are spread vertically by a fixed sequence (no randomness: the same grades draw the same picture).
     """
+    import matplotlib.pyplot as plt
     names = list(fractions)
     if not names:
         raise ValueError("no notebooks to plot")
@@ -303,6 +313,7 @@ def pass_rates(labels: Sequence[str], rates: Sequence[float], counts: Sequence[s
     ``counts`` (e.g. "12/40") is written at the end of each bar; an item flagged in ``provisional``
     (decided on a CPU, the GPU judge decides) is hatched and its label says so.
     """
+    import matplotlib.pyplot as plt
     if len(rates) != len(labels):
         raise ValueError(f"{len(rates)} rates for {len(labels)} items")
     if not labels:
@@ -333,6 +344,7 @@ def class_performance(students: Sequence[str], values: Sequence[float], lines: M
     ``lines`` maps a name (e.g. "reference solution", "cuBLAS") to its value on the same axis. With more
     than ``label_limit`` students the bars are numbered by rank instead of named.
     """
+    import matplotlib.pyplot as plt
     if len(values) != len(students):
         raise ValueError(f"{len(values)} values for {len(students)} students")
     if not students:

@@ -6,6 +6,7 @@ and formgrader read it.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -13,6 +14,7 @@ import warnings
 from pathlib import Path
 
 from nbformat import NotebookNode
+from nbgrader import api
 from nbgrader.api import Gradebook
 from nbgrader.preprocessors import SaveAutoGrades, SaveCells
 from sqlalchemy.exc import SAWarning
@@ -39,6 +41,9 @@ def _put_alembic_on_path() -> None:
 
 
 _put_alembic_on_path()
+# A new gradebook asks the `alembic` command for nbgrader's schema head (1.8 s a process): a constant of the
+# installed nbgrader, asked once per process.
+api.get_alembic_version = functools.cache(api.get_alembic_version)
 
 
 def db_url(out: Path) -> str:
