@@ -278,7 +278,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-nodes", type=int, default=4, help="nodes of the Slurm cluster (default: %(default)s)")
     p.add_argument("--cores-per-stage", type=float, default=1.0,
                    help="cores a CPU stage holds while it runs (default: %(default)s)")
-    p.add_argument("--runs-per-gpu", type=float, default=4.0,
+    p.add_argument("--runs-per-gpu", type=float, default=6.0,
                    help="runs at once per GPU in the projection (default: %(default)s, the grader's default --runs "
                         "where the CPUs allow)")
     p.add_argument("--builds-per-gpu", type=float, default=4.0,
