@@ -639,11 +639,13 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
 
 
 def time_baseline(spec: Any, shape: tuple[int, ...], seed: int) -> float:
-    """Median ms of the spec's library baseline at ``shape`` (fresh inputs for every call)."""
+    """Median ms of the spec's library baseline at ``shape`` (fresh inputs for every call). Timed once per GPU and
+    run, and every student's ratio rests on it, so it gets four times the default's repeats and a tighter spread."""
     from course import bench
 
     return bench.time_calls(lambda *inputs: spec.baseline(inputs),
-                            lambda j: spec.make_inputs(shape, seed + 7 + j, "cuda"), warmup=1).median_ms
+                            lambda j: spec.make_inputs(shape, seed + 7 + j, "cuda"), warmup=1,
+                            min_seconds=2.0, max_seconds=12.0, target_spread=0.01).median_ms
 
 
 class Baselines:
