@@ -313,3 +313,16 @@ def test_on_a_gpu_the_pipeline_gives_the_serial_verdicts_and_records_its_exclusi
     assert diffs and all(math.isfinite(d["relative"]) for d in diffs)
     pipeline = tp.read_results(tmp_path / "pipeline", [tp.W1D7])
     assert len(pipeline) == 2 and all(r.timings.get("gpu_exclusive", 0) > 0 for r in pipeline)
+
+
+def test_a_pipeline_run_alone_reports_its_throughput_targets_without_a_comparison():
+    records = [record(f"s{i}", timings={"gpu_exclusive": 4.0 + i, "notebook": 15.0}) for i in range(3)]
+    data = {"records": records, "schedule": {"limits": {"gpus": ["0"]}}, "per_hour": 450.0}
+    lines, report = script.alone_block({"pipeline": data}, [tp.W1D7])
+    assert "nothing to compare" in lines[0]
+    marks = {t["name"]: t["mark"] for t in report["targets"]}
+    assert marks == {"GPU-exclusive time per W1D7 notebook <= 10 s (the largest)": "met",
+                     ">= 300 W1D7 notebooks per hour on one GPU": "met"}
+    slow = {"records": [record("s", timings={"gpu_exclusive": 12.0})], "schedule": None, "per_hour": 200.0}
+    _, report = script.alone_block({"pipeline": slow}, [tp.W1D7])
+    assert [t["mark"] for t in report["targets"]] == ["NOT MET", "NOT MET"]
