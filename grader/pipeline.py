@@ -704,7 +704,7 @@ def limits_for(settings: Settings) -> Limits:
         if settings.schedule == "serial":
             return Limits((), 1, 1, 1)
         runs = settings.runs or min(2, cpus)
-        return Limits((), runs, settings.builds or runs, 1)
+        return Limits((), runs, settings.builds or runs, 1, cpu_slots=runs)
     gpus = settings.gpus or visible_gpus()
     unknown = sorted(set(gpus) - set(visible_gpus()))
     if unknown:

@@ -35,10 +35,13 @@ class Limits:
     runs: int  # sandboxed notebook runs at once, over all GPUs
     builds: int  # builds (and CPU replays) at once
     judges_per_gpu: int = 2  # judge processes per GPU: one holds the GPU alone while the next prepares
+    # Runs and builds together at most this many at once (a CPU grading, where both are interpreter work on the
+    # same cores); None: each stage only by its own limit.
+    cpu_slots: int | None = None
 
     def describe(self) -> dict[str, Any]:
         return {"gpus": list(self.gpus), "runs": self.runs, "builds": self.builds,
-                "judges_per_gpu": self.judges_per_gpu}
+                "judges_per_gpu": self.judges_per_gpu, "cpu_slots": self.cpu_slots}
 
 
 class Stages(Protocol):
@@ -85,6 +88,7 @@ class Scheduler:
         self._gate = gate
         # serial: a notebook's run starts only when the one before it is judged (submission order)
         self._one = threading.Semaphore(1) if one_at_a_time else None
+        self._cpu = threading.Semaphore(limits.cpu_slots) if limits.cpu_slots else None
         judges = limits.judges_per_gpu * max(1, len(limits.gpus))
         self._runs = ThreadPoolExecutor(max(1, limits.runs), thread_name_prefix="run")
         self._builds = ThreadPoolExecutor(max(1, limits.builds), thread_name_prefix="build")
@@ -115,7 +119,7 @@ class Scheduler:
             if self._one is not None:
                 self._one.acquire()
                 done.add_done_callback(lambda _: self._one.release())
-            with self._run_gpus.take() as gpu:
+            with self._run_gpus.take() as gpu, self._cpu or contextlib.nullcontext():
                 shared = self._gate.shared(gpu) if self._gate is not None and gpu is not None \
                     else contextlib.nullcontext(None)
                 with shared as pause:
@@ -123,7 +127,8 @@ class Scheduler:
             self._builds.submit(guarded("build", lambda: build(staged)))
 
         def build(staged: Any) -> None:
-            staged = self._stages.build(task, staged)
+            with self._cpu or contextlib.nullcontext():
+                staged = self._stages.build(task, staged)
             if reference is None:
                 self._judges.submit(guarded("judge", lambda: judge(task, staged)))
             else:

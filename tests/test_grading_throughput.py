@@ -235,8 +235,8 @@ def test_the_script_reports_both_runs_their_differences_targets_and_projection(t
     assert report["modes"]["pipeline"]["notebooks"] == 2 and report["comparison"]["seeds"] == [7]
     node = report["projection"]["machines"][1]
     # 14 notebooks, each E = 8 s, C = 25 - 2 + 13 + 7 + 11 = 54 s, R = 25 s, B = 20 s; 8 GPUs, 128 cores
-    assert node["bounds_seconds"] == {"GPU": 4200 * 8.0 / 8, "CPU": 4200 * 54.0 / 128, "runs": 4200 * 25.0 / 32,
-                                      "builds": 4200 * 20.0 / 32}
+    assert node["bounds_seconds"] == {"GPU": 4200 * 8.0 / 8, "CPU": 4200 * 54.0 / 128, "runs": 4200 * 25.0 / 48,
+                                      "builds": 4200 * 20.0 / 32}  # 6 runs and 4 builds per GPU
     assert node["bound"] == "GPU" and "limits" in printed
     check = report["projection"]["batch_check"]
     assert (check["model_seconds"], check["measured_seconds"]) == (16.0, 40.0)  # 2 x 8 s of the GPU alone
@@ -265,10 +265,14 @@ def test_the_projection_alone_from_a_graded_class(tmp_path, capsys):
     assert one["bounds_seconds"]["GPU"] == 100 * 12.0 and one["bounds_seconds"]["CPU"] == 100 * 42.0 / 16
 
 
-def test_without_both_runs_the_script_says_so(tmp_path):
+def test_without_both_runs_the_script_compares_nothing_and_without_any_says_so(tmp_path, capsys):
     _graded_work(tmp_path, {"test_a": 2.0}, 900.0)
     (tmp_path / "serial.json").unlink()
-    with pytest.raises(SystemExit, match="does not hold both runs"):
+    script.main(["--reuse", "--work", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert "pipeline alone: nothing to compare" in printed and "verdicts:" not in printed
+    (tmp_path / "pipeline.json").unlink()
+    with pytest.raises(SystemExit, match="holds none of the runs"):
         script.main(["--reuse", "--work", str(tmp_path)])
 
 

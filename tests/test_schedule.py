@@ -249,3 +249,36 @@ def test_a_stage_that_fails_is_that_notebooks_grader_error_and_the_rest_are_grad
     done = _grade(tmp_path, Limits(("0",), runs=2, builds=1), stages, GpuGate(lambda g: True), students=6)
     assert done.pop("student3") == ("grader_error", "build", "the build broke")
     assert done == {f"student{i}": ("graded", f"student{i}") for i in (0, 1, 2, 4, 5)}
+
+
+class CountingStages(FakeStages):
+    """Runs and builds that only count how many of them are under way at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.active = self.most = 0
+
+    def _busy(self, seconds: float) -> None:
+        with self.lock:
+            self.active += 1
+            self.most = max(self.most, self.active)
+        time.sleep(seconds)
+        with self.lock:
+            self.active -= 1
+
+    def run(self, task, gpu, pause):
+        self._busy(0.05)
+        return task.key
+
+    def build(self, task, staged):
+        self._busy(0.2)  # slower than a run: builds pile up beside the runs unless the slots are shared
+        return staged
+
+
+def test_on_a_cpu_runs_and_builds_share_the_cpu_slots(tmp_path):
+    stages = CountingStages()
+    done = _grade(tmp_path, Limits((), runs=2, builds=2, judges_per_gpu=1, cpu_slots=2), stages, None, students=12)
+    assert len(done) == 12 and stages.most == 2
+    unshared = CountingStages()
+    _grade(tmp_path, Limits((), runs=2, builds=2, judges_per_gpu=1), unshared, None, students=12)
+    assert unshared.most > 2  # the control: without shared slots both stages fill their own pools
