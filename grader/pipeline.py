@@ -746,18 +746,20 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     needed = sorted({(s.assignment, s.notebook) for s in todo if s.path})
     plans = {f"{a}/{n}": notebook_plan(find_course_notebook(a, n)) for a, n in needed}
 
-    def finish(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None) -> None:
+    def finish(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None,
+               book: Gradebook | None) -> None:
         result.student_id, result.submitted_file = submission.student_id, submission.submitted_file
         result.found = submission.found
         _name_student(url, result)
-        gradebook.record(url, replace(result, student=result.student_id), notebook)
+        gradebook.record(url, replace(result, student=result.student_id), notebook, book)
         results.write_json_atomic(result_path(out, submission), result.to_json())
 
     done = 0
 
-    def finished(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None) -> None:
+    def finished(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None,
+                 book: Gradebook | None = None) -> None:
         nonlocal done
-        finish(submission, result, notebook)
+        finish(submission, result, notebook, book)
         done += 1
         if progress:
             progress(done, len(todo), result)
@@ -791,8 +793,9 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
                         judge_cache=out / "judge-cache", baselines=out / BASELINES)
             tasks[submission.key] = (submission, task, cleaned.notes)
             futures[scheduler.submit(task, references.get(key), _with_reference)] = submission.key
-        for submission, result in unread:  # recorded while the graded ones run
-            finished(submission, result, None)
+        with Gradebook(url) as book:  # recorded while the graded ones run, through one open gradebook
+            for submission, result in unread:
+                finished(submission, result, None, book)
         for future in as_completed(futures):
             submission, task, notes = tasks[futures[future]]
             finished(submission, _graded_result(submission, future.result(), task, settings, run_seed, notes),
