@@ -27,7 +27,8 @@ DRAIN_LIMIT_SECONDS = 30.0
 SETTLE_SECONDS = 0.25  # without a probe: the wait that lets in-flight work of frozen runs end
 
 
-def _tree(pid: int) -> list[psutil.Process]:
+def process_tree(pid: int) -> list[psutil.Process]:
+    """The process ``pid`` and all its descendants ([] once it is gone)."""
     try:
         root = psutil.Process(pid)
         return [root, *root.children(recursive=True)]
@@ -40,7 +41,7 @@ def _signal_tree(pid: int, signum: int) -> None:
     (a process signalled SIGSTOP cannot start another; one started before it stopped is found on the next look)."""
     done: set[int] = set()
     for _ in range(50):
-        fresh = [p for p in _tree(pid) if p.pid not in done]
+        fresh = [p for p in process_tree(pid) if p.pid not in done]
         if not fresh:
             return
         for process in fresh:

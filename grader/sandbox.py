@@ -37,6 +37,7 @@ import psutil
 
 from grader import gpu_nodes
 from grader.gpu_gate import Pausable
+from grader.gpu_gate import process_tree as _tree
 
 SANDBOX_UID = 65534  # nobody
 OWNER_FILE = "owner.pid"
@@ -237,14 +238,6 @@ def _chown_tree(scratch: Path) -> None:
         for name in dirs + files:
             if Path(root, name) != scratch / OWNER_FILE:
                 os.chown(Path(root, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
-
-
-def _tree(pid: int) -> list[psutil.Process]:
-    try:
-        parent = psutil.Process(pid)
-        return [parent, *parent.children(recursive=True)]
-    except psutil.Error:
-        return []
 
 
 def _resident_bytes(processes: Sequence[psutil.Process]) -> int:
