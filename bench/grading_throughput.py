@@ -69,14 +69,12 @@ def build_batch(work: Path, notebooks: list[str], students: list[str] | None, co
     return work / "batch"
 
 
-def run_grader(work: Path, batch: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
-    """Grade ``batch`` into WORK/<mode> with ``--schedule mode``; the wall time is measured around it."""
+def run_grader(work: Path, batch: Path, mode: str, grader_args: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Grade ``batch`` into WORK/<mode> with ``grader_args``; the wall time is measured around it."""
     out = work / mode
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "grader", "grade", str(batch), "--out", str(out), "--device", args.device,
-               "--seed", str(args.seed), "--schedule", mode, "--allow-ungraded", *shlex.split(args.common_args)]
-    if mode == "pipeline":
-        command += shlex.split(args.grade_args)
+               "--seed", str(args.seed), "--allow-ungraded", *shlex.split(args.common_args), *grader_args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
     print(f"{mode}: {shlex.join(command)}", flush=True)
     started = time.monotonic()
@@ -310,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
                                                      "students": sorted(p.name for p in batch.iterdir())}))
         for mode in chosen:
             (work / f"{mode}.json").unlink(missing_ok=True)
-            run_grader(work, batch, mode, args)
+            run_grader(work, batch, mode, ["--schedule", mode, *(shlex.split(args.grade_args) if mode == "pipeline"
+                                                                   else [])], args)
     report: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     lines: list[str] = []
     modes = {mode: read_mode(work, mode, notebooks) for mode in chosen if (work / f"{mode}.json").is_file()} \

@@ -1,0 +1,54 @@
+"""bench/gpu_scaling.py on synthetic grading runs: utilisation read from nvidia-smi's CSV, the comparison of each
+GPU set with the first, and issue 21's targets met or not from the numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import gpu_scaling as script
+from bench import throughput as tp
+from tests.test_grading_throughput import row, write_result
+
+
+def test_utilisation_per_gpu_skips_lines_that_are_not_two_numbers(tmp_path):
+    csv = tmp_path / "u.csv"
+    csv.write_text("0, 100\n1, 0\n0, 50\n1, [N/A]\n0, 0\ngarbage\n1, 30\n0,")
+    got = {u.gpu: u for u in script.read_utilisation(csv)}
+    assert (got["0"].samples, got["0"].mean_percent, round(got["0"].busy_share, 3)) == (3, 50.0, 0.667)
+    assert (got["1"].samples, got["1"].mean_percent, got["1"].busy_share) == (2, 15.0, 0.5)
+    assert script.read_utilisation(tmp_path / "absent.csv") == []
+
+
+def _run(work: Path, gpus: str, wall: float, rate: float, score: float) -> None:
+    out = work / script.run_name(gpus)
+    for student in ("fast_correct-c1", "slow_correct-c1"):
+        write_result(out, student, scores={"test_a": score if student.startswith("slow") else 2.0},
+                     perf_rows=[row(rate, 1000.0, 900.0)], timings={"notebook": 20.0, "gpu_exclusive": 4.0})
+    (work / f"{script.run_name(gpus)}.json").write_text(json.dumps({"command": [], "returncode": 0,
+                                                                     "wall_seconds": wall + 3}))
+    (out / "schedule.json").write_text(json.dumps({"schedule": "pipeline", "wall_seconds": wall,
+                                                   "limits": {"gpus": gpus.split(","), "runs": 6}}))
+
+
+def test_two_gpus_against_one_targets_met(tmp_path, capsys):
+    _run(tmp_path, "0", 100.0, 900.0, 2.0)
+    _run(tmp_path, "0,1", 50.0, 909.0, 2.0)
+    (tmp_path / "gpus-0_1.smi.csv").write_text("0, 80\n1, 60\n0, 0\n1, 20\n")
+    assert script.main(["--reuse", "--work", str(tmp_path), "--notebooks", tp.W1D7,
+                        "--json", str(tmp_path / "r.json")]) == 0
+    printed = capsys.readouterr().out
+    assert "speed-up: 2.00x" in printed and "verdicts: identical" in printed
+    assert "largest difference 1.0%" in printed and "GPU 1: mean utilisation 40%, busy in 100% of 2" in printed
+    assert "NOT MET" not in printed and "utilisation: not sampled" in printed  # the 1-GPU run had no CSV
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["compared"]["0,1"]["speed_up"] == 2.0 and report["runs"]["0"]["notebooks"] == 2
+
+
+def test_a_slower_second_set_a_changed_verdict_and_a_moved_ratio_each_miss_their_target(tmp_path, capsys):
+    _run(tmp_path, "0", 100.0, 900.0, 2.0)
+    _run(tmp_path, "0,1", 60.0, 950.0, 0.0)
+    assert script.main(["--reuse", "--work", str(tmp_path), "--notebooks", tp.W1D7]) == 0
+    printed = capsys.readouterr().out
+    assert "speed-up: 1.67x" in printed and "verdicts: 1 DIFFER" in printed
+    assert printed.count("NOT MET") == 3
