@@ -10,8 +10,10 @@ A missing notebook (nothing submitted) is listed in the summary but does not cha
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -451,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     from grader.pipeline import SandboxUnavailable, UnknownGpu
 
     args = parser().parse_args(argv)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: where a grading run that stopped moving waits.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         return args.run(args)
     except (GradebookMismatch, SandboxUnavailable, UnknownGpu) as error:

@@ -27,21 +27,24 @@ DRAIN_LIMIT_SECONDS = 30.0
 SETTLE_SECONDS = 0.25  # without a probe: the wait that lets in-flight work of frozen runs end
 
 
-def process_tree(pid: int) -> list[psutil.Process]:
-    """The process ``pid`` and all its descendants ([] once it is gone)."""
+def process_tree(pid: int | psutil.Process) -> list[psutil.Process]:
+    """The process ``pid`` and all its descendants ([] once it is gone; for a ``psutil.Process``, also once its
+    pid belongs to another process)."""
     try:
-        root = psutil.Process(pid)
+        root = pid if isinstance(pid, psutil.Process) else psutil.Process(pid)
+        if not root.is_running():
+            return []
         return [root, *root.children(recursive=True)]
     except psutil.Error:
         return []
 
 
-def _signal_tree(pid: int, signum: int) -> None:
-    """Send ``signum`` to every process of the tree under ``pid``, parents first, until no new one appears
+def _signal_tree(root: psutil.Process, signum: int) -> None:
+    """Send ``signum`` to every process of the tree under ``root``, parents first, until no new one appears
     (a process signalled SIGSTOP cannot start another; one started before it stopped is found on the next look)."""
     done: set[int] = set()
     for _ in range(50):
-        fresh = [p for p in process_tree(pid) if p.pid not in done]
+        fresh = [p for p in process_tree(root) if p.pid not in done]
         if not fresh:
             return
         for process in fresh:
@@ -52,11 +55,12 @@ def _signal_tree(pid: int, signum: int) -> None:
 
 @dataclass
 class Pausable:
-    """One run's processes, as the gate sees them: the root pid once started, and its frozen seconds."""
+    """One run's processes, as the gate sees them: the root process once started, and its frozen seconds."""
 
     gpu: str
     gate: GpuGate | None = None
-    pid: int | None = None
+    # psutil's handle, not the bare pid: it signals nothing once the pid is another process's
+    process: psutil.Process | None = None
     _paused_total: float = 0.0
     _paused_since: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -64,9 +68,13 @@ class Pausable:
     def attach(self, pid: int) -> None:
         """The run's process exists now (frozen at once when its GPU is held)."""
         if self.gate is None:
-            self.pid = pid
+            self._set(pid)
         else:
             self.gate.attach(self, pid)
+
+    def _set(self, pid: int) -> None:
+        with contextlib.suppress(psutil.Error):  # gone already: nothing to freeze
+            self.process = psutil.Process(pid)
 
     def paused_seconds(self) -> float:
         with self._lock:
@@ -75,17 +83,17 @@ class Pausable:
 
     def _freeze(self) -> None:
         with self._lock:
-            if self.pid is None or self._paused_since is not None:
+            if self.process is None or self._paused_since is not None:
                 return
             self._paused_since = time.monotonic()
-            _signal_tree(self.pid, signal.SIGSTOP)
+            _signal_tree(self.process, signal.SIGSTOP)
 
     def _thaw(self) -> None:
         with self._lock:
             if self._paused_since is None:
                 return
-            if self.pid is not None:
-                _signal_tree(self.pid, signal.SIGCONT)
+            if self.process is not None:
+                _signal_tree(self.process, signal.SIGCONT)
             self._paused_total += time.monotonic() - self._paused_since
             self._paused_since = None
 
@@ -126,15 +134,14 @@ class GpuGate:
         finally:
             with self._lock:
                 self._users[gpu].remove(user)
-            user._thaw()  # never leave a process stopped behind (the caller kills what remains)
+                user._thaw()  # never leave a process stopped behind (the caller kills what remains)
 
     def attach(self, user: Pausable, pid: int) -> None:
         """The run's process exists now; frozen at once when its GPU is held."""
-        with self._lock:
-            user.pid = pid
-            held = user.gpu in self._held
-        if held:
-            user._freeze()
+        with self._lock:  # freezing under the gate's lock: a hold cannot end between the look and the freeze
+            user._set(pid)
+            if user.gpu in self._held:
+                user._freeze()
 
     def busy(self, gpu: str) -> bool:
         """Whether a holder has ``gpu`` alone right now."""
@@ -153,18 +160,16 @@ class GpuGate:
         try:
             with self._lock:
                 self._held.add(gpu)
-                users = list(self._users.get(gpu, []))
-            for user in users:
-                user._freeze()
+                for user in self._users.get(gpu, []):
+                    user._freeze()
             hold.drain_note = self._drain(gpu)
             hold.drained = time.monotonic() - began
             yield hold
         finally:
             with self._lock:
                 self._held.discard(gpu)
-                users = list(self._users.get(gpu, []))
-            for user in users:
-                user._thaw()
+                for user in self._users.get(gpu, []):
+                    user._thaw()
             hold.held = time.monotonic() - began
             lock.release()
 

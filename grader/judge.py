@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import faulthandler
 import hashlib
 import json
 import math
 import os
+import signal
 import sys
 import time
 import traceback
@@ -763,6 +765,7 @@ def judge(job: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: the stacks into judge.log
     WATCH.connect(os.environ.get(WATCH_FD), os.environ.get(GRANT_FD))
     try:
         verdict = judge(job)

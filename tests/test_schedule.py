@@ -17,9 +17,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import psutil
 import pytest
 
-from grader import sandbox
+from grader import gpu_gate, sandbox
 from grader.gpu_gate import GpuGate
 from grader.schedule import Limits, Scheduler
 
@@ -95,6 +96,80 @@ def test_a_run_attached_while_its_gpu_is_held_starts_paused(tmp_path):
     process.wait(timeout=30)
     _, stamps = _stamps(path)
     assert stamps and _inside(stamps, (began, ended)) == []
+
+
+def test_a_hold_ending_while_a_run_attaches_leaves_it_running(tmp_path, monkeypatch):
+    """The attach looks at the gate and freezes in one step: a hold that ends in between cannot leave the run
+    frozen with nobody to let it go (each freeze is slowed here to open that window wide)."""
+    gate = GpuGate(idle=lambda gpu: True)
+    freeze = gpu_gate.Pausable._freeze
+
+    def slow_freeze(user):
+        time.sleep(0.3)
+        freeze(user)
+
+    monkeypatch.setattr(gpu_gate.Pausable, "_freeze", slow_freeze)
+    holding = threading.Event()
+
+    def hold_briefly():
+        with gate.exclusive("0"):
+            holding.set()
+            time.sleep(0.1)
+
+    with gate.shared("0") as user:
+        holder = threading.Thread(target=hold_briefly)
+        holder.start()
+        holding.wait()
+        process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            user.attach(process.pid)
+            holder.join()
+            assert not gate.busy("0")
+            assert psutil.Process(process.pid).status() != psutil.STATUS_STOPPED
+        finally:
+            process.kill()
+            process.wait()
+
+
+def test_a_user_leaving_while_a_hold_begins_is_not_left_frozen(monkeypatch):
+    """A judge stops being a shared user (it asks for the GPU) while another judge's hold is freezing the users:
+    it is either frozen and let go when it leaves, or never frozen; never frozen with nobody to let it go (which
+    left a GPU held by a stopped judge on a two-GPU machine)."""
+    gate = GpuGate(idle=lambda gpu: True)
+    freeze = gpu_gate.Pausable._freeze
+
+    def slow_freeze(user):
+        time.sleep(0.3)
+        freeze(user)
+
+    monkeypatch.setattr(gpu_gate.Pausable, "_freeze", slow_freeze)
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    freezing = threading.Event()
+
+    def hold():
+        freezing.set()
+        with gate.exclusive("0"):
+            time.sleep(0.5)
+
+    holder = threading.Thread(target=hold)
+    try:
+        with gate.shared("0") as user:
+            user.attach(process.pid)
+            holder.start()
+            freezing.wait()
+            time.sleep(0.1)  # the holder is freezing this user now
+        holder.join()
+        assert psutil.Process(process.pid).status() != psutil.STATUS_STOPPED
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_pid_that_belongs_to_another_process_now_is_not_signalled():
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    handle = psutil.Process(process.pid)
+    process.wait()
+    assert gpu_gate.process_tree(handle) == []  # psutil compares start times: a reused pid is not this process
 
 
 def test_the_gate_waits_for_the_gpu_to_finish_queued_work():
