@@ -10,6 +10,7 @@ A missing notebook (nothing submitted) is listed in the summary but does not cha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import faulthandler
 import json
 import shutil
@@ -257,6 +258,45 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pushed(args: argparse.Namespace) -> int:
+    """Grade the course notebooks a push changed (the autograding workflow's step); see grader.pushed."""
+    from grader import pushed
+    from grader.feedback import write_pages
+    from grader.pipeline import grade
+
+    listing = sys.stdin.read() if args.changed == "-" else Path(args.changed).read_text(encoding="utf-8")
+    chosen = pushed.select(Path(args.repository), listing.splitlines())
+    out = Path(args.out)
+    results_: list[NotebookResult] = []
+    settings = _settings(args)
+    if chosen.notebooks:
+        pushed.stage(chosen, out / "submission", args.student)
+        progress = _Progress()
+        try:
+            graded = grade(out / "submission", out, settings, log=progress.log, progress=progress)
+        finally:
+            progress.close()
+        keys = {(nb.assignment, nb.name) for _, nb in chosen.notebooks}
+        results_ = sorted((r for r in graded if (r.assignment, r.notebook) in keys),
+                          key=lambda r: (r.assignment, r.notebook))
+        for result in results_:
+            _without_hidden_material(result)
+        print(summary_table(results_))
+        print(f"feedback: {write_pages(results_, out)}")
+    markdown = pushed.summary_markdown(results_, chosen.ignored, settings.device_name)
+    if args.summary:
+        with open(args.summary, "a", encoding="utf-8") as summary:
+            summary.write(markdown)
+    else:
+        print(markdown)
+    failed = [r for r in results_ if not r.graded_normally or r.status == MISSING]
+    if failed:
+        print(f"NOT GRADED NORMALLY: {len(failed)} of {len(results_)}: "
+              + "; ".join(f"{r.assignment}/{r.notebook}: {r.status}" for r in failed), file=sys.stderr)
+        return 1
+    return 0
+
+
 def _without_hidden_material(result: NotebookResult) -> None:
     """A student's own check shows what the hidden tests cover, not their messages (which can give answers away)."""
     from grader.layout import find_course_notebook
@@ -427,6 +467,22 @@ def parser() -> argparse.ArgumentParser:
     _execution_options(p)
     p.set_defaults(run=cmd_check)
 
+    p = commands.add_parser(
+        "pushed", help="grade the course notebooks a push changed (the autograding workflow's step)",
+        description="Grade the course notebooks among the changed paths (weekN/<name>.ipynb, relative to "
+                    "REPOSITORY) with this checkout's grader and master copies, as STUDENT. Writes results and "
+                    "feedback pages (hidden tests' messages left out) in --out and a Markdown score table to "
+                    "--summary. Exit status: 0 when every changed notebook was graded normally (or none changed), "
+                    "1 when one was not, 2 for a usage or setup error.")
+    p.add_argument("repository", help="the student's checkout")
+    p.add_argument("--changed", required=True, help="a file of changed paths, one a line ('-': standard input)")
+    p.add_argument("--student", default="student", help="the name graded (default: %(default)s)")
+    p.add_argument("--out", default="build/pushed", help="(default: %(default)s)")
+    p.add_argument("--summary", default=None,
+                   help="append the Markdown score table to this file ($GITHUB_STEP_SUMMARY; default: print it)")
+    _execution_options(p)
+    p.set_defaults(run=cmd_pushed, force=True)
+
     p = commands.add_parser("run", help="execute one notebook with papermill as the grader does")
     p.add_argument("notebook")
     p.add_argument("--out", default="build/run", help="(default: %(default)s)")
@@ -454,7 +510,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser().parse_args(argv)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: where a grading run that stopped moving waits.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # a stderr with no file (tests capture it)
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     try:
         return args.run(args)
     except (GradebookMismatch, SandboxUnavailable, UnknownGpu) as error:

@@ -765,7 +765,8 @@ def judge(job: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: the stacks into judge.log
+    with contextlib.suppress(AttributeError, ValueError, OSError):  # `kill -USR1`: the stacks into judge.log
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
     WATCH.connect(os.environ.get(WATCH_FD), os.environ.get(GRANT_FD))
     try:
         verdict = judge(job)

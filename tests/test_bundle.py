@@ -19,8 +19,8 @@ MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN T
 EXPECTED = ["README.md", "Makefile", "environment.yml", "pyproject.toml", "requirements/base.txt",
             "requirements/constraints.txt", "requirements/torch-cpu.txt", "course/__init__.py",
             "course/selfcheck.py", "course/exercises/matmul_fp32.py", "week1/day7_fast_matmul.ipynb",
-            "week2/README.md"]
-FORBIDDEN = ["solutions", "grader", "tests", "examples", "bench", ".ci", ".github", "student", "build"]
+            "week2/README.md", ".github/workflows/autograde.yml"]
+FORBIDDEN = ["solutions", "grader", "tests", "examples", "bench", ".ci", "student", "build"]
 
 
 def secrets_of(notebook: Path) -> dict[str, set[str]]:
@@ -93,6 +93,9 @@ def test_bundle_has_what_students_need(built: Path, relative: str):
 def test_bundle_has_nothing_of_the_graders(built: Path):
     present = sorted(p.name for p in built.iterdir())
     assert not set(FORBIDDEN) & set(present), present
+    # the student-side workflow only, not the course's own CI
+    assert [str(p.relative_to(built)) for p in (built / ".github").rglob("*") if p.is_file()] == \
+        [".github/workflows/autograde.yml"]
     assert not [p for p in built.rglob("*") if p.name == "__pycache__" or p.suffix == ".pyc"]
 
 
