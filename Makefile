@@ -23,6 +23,12 @@ SCHEDULE ?=
 GPUS ?=
 RUNS ?=
 BUILDS ?=
+# EXECUTOR=slurm grades through Slurm (one array task per chunk of students); its sbatch options:
+EXECUTOR ?=
+SLURM_PARTITION ?=
+SLURM_ACCOUNT ?=
+SLURM_TIME ?=
+SLURM_GRES ?=
 # `make grade` exits 1 when a notebook could not be graded normally, except for the demo class (no SUBMISSIONS),
 # whose `crashes` student fails by design; ALLOW_UNGRADED=1 exits 0 for a real class too (the summary still lists them).
 ALLOW_UNGRADED ?= $(if $(SUBMISSIONS),,1)
@@ -30,14 +36,29 @@ LIMITS = $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT),) $(if $(NOTEBOOK_T
 	$(if $(JUDGE_TIMEOUT),--judge-timeout $(JUDGE_TIMEOUT),) $(if $(MEMORY_GB),--memory-gb $(MEMORY_GB),) \
 	$(if $(SCRATCH_GB),--scratch-gb $(SCRATCH_GB),) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN),) \
 	$(if $(REPLAY_TIMEOUT),--replay-timeout $(REPLAY_TIMEOUT),) $(if $(RUNS),--runs $(RUNS),)
-SCHEDULING = $(if $(SCHEDULE),--schedule $(SCHEDULE),) $(if $(GPUS),--gpus $(GPUS),) $(if $(BUILDS),--builds $(BUILDS),)
+SCHEDULING = $(if $(SCHEDULE),--schedule $(SCHEDULE),) $(if $(GPUS),--gpus $(GPUS),) $(if $(BUILDS),--builds $(BUILDS),) \
+	$(if $(EXECUTOR),--executor $(EXECUTOR),) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION),) \
+	$(if $(SLURM_ACCOUNT),--slurm-account $(SLURM_ACCOUNT),) $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME),) \
+	$(if $(SLURM_GRES),--slurm-gres $(SLURM_GRES),)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 REQUIREMENTS := requirements/base.txt requirements/constraints.txt $(if $(SYSTEM_SITE_PACKAGES),,requirements/torch-cpu.txt)
 
-.PHONY: setup test lint release check-release grade check bench clean
+.PHONY: setup sandbox-tool test lint release check-release grade check bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) sandbox-tool
+
+# The grader runs student code only under bubblewrap: as root on Debian or Ubuntu it is installed here, elsewhere
+# the note says what to run (without it `make grade` refuses and the sandbox tests are skipped, loudly).
+sandbox-tool:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			echo "installing bubblewrap (the grader's sandbox)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+		else \
+			echo "note: bubblewrap is not installed, so the grader cannot sandbox student code and will not grade;" \
+				"install it: sudo apt-get install bubblewrap (Debian, Ubuntu), sudo dnf install bubblewrap (Fedora)"; \
+		fi; }
 
 $(STAMP): $(REQUIREMENTS) pyproject.toml
 	$(PYTHON) -m venv $(if $(SYSTEM_SITE_PACKAGES),--system-site-packages,) $(VENV)

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import faulthandler
 import json
+import secrets
 import shutil
 import signal
 import sys
@@ -173,13 +174,26 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if not submissions.is_dir():
         print(f"no such folder: {submissions}", file=sys.stderr)
         return 2
+    if args.executor == "slurm" and args.seed is None:
+        args.seed = secrets.randbits(63)  # one seed for every task: the grades a local run gives
     settings = _settings(args)
     print(f"grader {GRADER_VERSION} on {settings.device_name}; results in {out}", flush=True)
-    progress = _Progress()
-    try:
-        all_results = grade(submissions, out, settings, log=progress.log, progress=progress)
-    finally:
-        progress.close()
+    if args.executor == "slurm":
+        from grader import slurm
+
+        options = slurm.SlurmOptions(args.slurm_partition, args.slurm_account, args.slurm_time, args.slurm_gres,
+                                     args.slurm_cpus, args.notebooks_per_task)
+        try:
+            all_results = slurm.grade(submissions, out, _forwarded(args), options, settings)
+        except slurm.SlurmError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+    else:
+        progress = _Progress()
+        try:
+            all_results = grade(submissions, out, settings, log=progress.log, progress=progress)
+        finally:
+            progress.close()
     for note in settings.notes:
         print(f"note: {note}")
     if not all_results:
@@ -414,6 +428,37 @@ def _gpu_list(text: str) -> str:
     return text
 
 
+def _forwarded(args: argparse.Namespace) -> list[str]:
+    """The execution and schedule options of this command line that differ from their defaults, as a Slurm task's
+    ``grade`` takes them."""
+    probe = argparse.ArgumentParser(add_help=False)
+    _execution_options(probe)
+    _schedule_options(probe)
+    forwarded: list[str] = []
+    for action in probe._actions:
+        value = getattr(args, action.dest)
+        if value != action.default:
+            forwarded += [action.option_strings[0]] if action.nargs == 0 else [action.option_strings[0], str(value)]
+    return forwarded
+
+
+def _slurm_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executor", choices=("local", "slurm"), default="local",
+                        help="local: grade on this machine; slurm: one Slurm array task per chunk of students "
+                             "(--notebooks-per-task), each a grade of its own on its node, gathered here into one "
+                             "gradebook; a task that does not finish is submitted once more, then its notebooks are "
+                             "grader_error (default: %(default)s; make: EXECUTOR)")
+    parser.add_argument("--slurm-partition", default=None, help="sbatch --partition (make: SLURM_PARTITION)")
+    parser.add_argument("--slurm-account", default=None, help="sbatch --account (make: SLURM_ACCOUNT)")
+    parser.add_argument("--slurm-time", default="04:00:00",
+                        help="each task's time limit, sbatch --time (default: %(default)s; make: SLURM_TIME)")
+    parser.add_argument("--slurm-gres", default=None,
+                        help='sbatch --gres, e.g. "gpu:1" (default: none; make: SLURM_GRES)')
+    parser.add_argument("--slurm-cpus", type=_at_least_one, default=None, help="sbatch --cpus-per-task")
+    parser.add_argument("--notebooks-per-task", type=_at_least_one, default=40,
+                        help="about this many notebooks per Slurm task (default: %(default)s)")
+
+
 def _schedule_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule", choices=("pipeline", "serial"), default="pipeline",
                         help="pipeline: runs, builds and judges of many notebooks at once, each judge's replays and "
@@ -456,6 +501,7 @@ def parser() -> argparse.ArgumentParser:
                         "unless the grader itself failed on one (grader_error)")
     _execution_options(p)
     _schedule_options(p)
+    _slurm_options(p)
     p.set_defaults(run=cmd_grade)
 
     p = commands.add_parser(

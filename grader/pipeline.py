@@ -467,7 +467,7 @@ def _result(submission: Submission, graded: Graded, plan: Plan, sanitized: nbfor
     return result
 
 
-def _missing_or_unreadable(submission: Submission, status: str, message: str, settings: Settings) -> NotebookResult:
+def ungraded_result(submission: Submission, status: str, message: str, settings: Settings) -> NotebookResult:
     """A result for a notebook that did not run: nothing to grade, or a file that is not a notebook."""
     return NotebookResult(submission.student, submission.assignment, submission.notebook, status, message,
                           submission_sha256=sha256(submission.path) if submission.path else "",
@@ -746,20 +746,12 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     needed = sorted({(s.assignment, s.notebook) for s in todo if s.path})
     plans = {f"{a}/{n}": notebook_plan(find_course_notebook(a, n)) for a, n in needed}
 
-    def finish(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None,
-               book: Gradebook | None) -> None:
-        result.student_id, result.submitted_file = submission.student_id, submission.submitted_file
-        result.found = submission.found
-        _name_student(url, result)
-        gradebook.record(url, replace(result, student=result.student_id), notebook, book)
-        results.write_json_atomic(result_path(out, submission), result.to_json())
-
     done = 0
 
     def finished(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None,
                  book: Gradebook | None = None) -> None:
         nonlocal done
-        finish(submission, result, notebook, book)
+        record_result(out, submission, result, notebook, book)
         done += 1
         if progress:
             progress(done, len(todo), result)
@@ -777,13 +769,13 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
         for submission in todo:  # each notebook's run starts as soon as it is sanitized
             key = f"{submission.assignment}/{submission.notebook}"
             if submission.path is None:
-                unread.append((submission, _missing_or_unreadable(
+                unread.append((submission, ungraded_result(
                     submission, submission.status or results.MISSING, submission.found or "no notebook was submitted",
                     settings)))
                 continue
             cleaned = sanitize(submission.path, submission.assignment, submission.notebook, submission.student, url)
             if cleaned.notebook is None:
-                unread.append((submission, _missing_or_unreadable(submission, cleaned.status, cleaned.message,
+                unread.append((submission, ungraded_result(submission, cleaned.status, cleaned.message,
                                                                   settings)))
                 continue
             run = run_dir(out, submission)
@@ -829,7 +821,7 @@ def _graded_result(submission: Submission, graded: Graded, task: Task, settings:
     try:
         result = _result(submission, graded, task.plan, task.notebook, settings, run_seed, notes)
     except Exception as error:  # a result the scorer cannot make must not stop the batch
-        result = _missing_or_unreadable(
+        result = ungraded_result(
             submission, results.GRADER_ERROR, f"scoring failed: {type(error).__name__}: {error}", settings)
     try:
         result.stopped_at, result.failure_tail = describe_failed_run(task.run, graded.run_status
@@ -846,6 +838,17 @@ def _write_schedule(out: Path, settings: Settings, limits: Limits, began: float,
     results.write_json_atomic(out / "schedule.json", {
         "schedule": settings.schedule, "device": settings.device_name, "wall_seconds": time.monotonic() - began,
         "notebooks": graded, "limits": limits.describe(), "cpus_per_run": settings.cpus_per_run})
+
+
+def record_result(out: Path, submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None,
+                  book: Gradebook | None = None) -> None:
+    """One notebook's result into OUT's gradebook (``book``: an open one of it) and OUT/results."""
+    url = gradebook.db_url(out)
+    result.student_id, result.submitted_file = submission.student_id, submission.submitted_file
+    result.found = submission.found
+    _name_student(url, result)
+    gradebook.record(url, replace(result, student=result.student_id), notebook, book)
+    results.write_json_atomic(result_path(out, submission), result.to_json())
 
 
 def _name_student(url: str, result: NotebookResult) -> None:

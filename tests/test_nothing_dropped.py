@@ -326,10 +326,13 @@ def test_grade_help_shows_every_default(capsys):
 
 def test_make_passes_the_schedule():
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
-    command = subprocess.run(["make", "-n", "grade", "SCHEDULE=serial", "GPUS=0,1", "RUNS=8", "BUILDS=3"],
+    command = subprocess.run(["make", "-n", "grade", "SCHEDULE=serial", "GPUS=0,1", "RUNS=8", "BUILDS=3",
+                              "EXECUTOR=slurm", "SLURM_PARTITION=gpu", "SLURM_ACCOUNT=course", "SLURM_TIME=1:00:00",
+                              "SLURM_GRES=gpu:1"],
                              capture_output=True, text=True, check=True, cwd=Path(__file__).parent.parent,
                              env=env).stdout
-    for flag in ("--schedule serial", "--gpus 0,1", "--runs 8", "--builds 3"):
+    for flag in ("--schedule serial", "--gpus 0,1", "--runs 8", "--builds 3", "--executor slurm",
+                 "--slurm-partition gpu", "--slurm-account course", "--slurm-time 1:00:00", "--slurm-gres gpu:1"):
         assert flag in command
 
 

@@ -1,0 +1,184 @@
+"""Grade a class on a Slurm cluster: one task of a job array per chunk of students, gathered into one gradebook.
+
+Each task runs ``python -m grader grade`` on its own copy of its students' folders (copies, so a sandbox sees
+no other student's files) into its own OUT, with the grading run's one secret seed, so its grades are what a
+local run gives. The head waits with a progress bar (``squeue``), submits every task that did not finish
+(failed, preempted, timed out, cancelled) once more, and then records every result into OUT's gradebook
+itself, the only writer. A task that failed twice becomes a grader_error for each of its notebooks, never a
+notebook left out. Slurm's own options: partition, account, time limit, GRES and CPUs per task.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+from nbgrader.api import Gradebook
+from tqdm import tqdm
+
+from grader import gradebook, results
+from grader.layout import course_notebooks, find_submissions
+from grader.pipeline import REPO, Settings, record_result, result_path, ungraded_result
+from grader.results import GRADER_ERROR, NotebookResult
+
+FINISHED = "exit-code"  # written by the task's script after its grade ended, whatever it decided
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    partition: str | None = None
+    account: str | None = None
+    time: str = "04:00:00"  # each task's limit, as sbatch --time takes it
+    gres: str | None = None  # e.g. "gpu:1": one GPU per task
+    cpus_per_task: int | None = None
+    notebooks_per_task: int = 40
+    poll_seconds: float = 5.0
+
+
+def chunks(root: Path, per_task: int) -> list[list[Path]]:
+    """The student folders of ``root`` in groups of about ``per_task`` notebooks (a student is never split)."""
+    students = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    groups: list[list[Path]] = []
+    size = 0
+    for student in students:
+        count = max(1, sum(1 for _ in student.rglob("*.ipynb")))
+        if not groups or size + count > per_task:
+            groups.append([])
+            size = 0
+        groups[-1].append(student)
+        size += count
+    return groups
+
+
+def task_dirs(work: Path, count: int) -> list[Path]:
+    return [work / f"task-{i}" for i in range(count)]
+
+
+def stage(work: Path, groups: list[list[Path]]) -> list[Path]:
+    shutil.rmtree(work, ignore_errors=True)
+    dirs = task_dirs(work, len(groups))
+    for folder, group in zip(dirs, groups, strict=True):
+        for student in group:
+            shutil.copytree(student, folder / "submissions" / student.name, symlinks=True)
+    (work / "logs").mkdir(parents=True)
+    return dirs
+
+
+def script(work: Path, grade_args: list[str], options: SlurmOptions) -> str:
+    """The sbatch script of the array (``--array`` is given on the command line: all tasks, then the retried)."""
+    directives = ["--job-name=gpu-course-grade", f"--output={work / 'logs' / 'task-%a-%A.log'}",
+                  f"--time={options.time}"]
+    directives += [f"--partition={options.partition}"] if options.partition else []
+    directives += [f"--account={options.account}"] if options.account else []
+    directives += [f"--gres={options.gres}"] if options.gres else []
+    directives += [f"--cpus-per-task={options.cpus_per_task}"] if options.cpus_per_task else []
+    grade = shlex.join([sys.executable, "-m", "grader", "grade", "SUBMISSIONS", "--out", "OUT", "--force",
+                        *grade_args])
+    grade = grade.replace("SUBMISSIONS", '"$here/submissions"').replace("OUT", '"$here/out"')
+    return "\n".join([
+        "#!/bin/bash",
+        *(f"#SBATCH {d}" for d in directives),
+        f"here={shlex.quote(str(work))}/task-$SLURM_ARRAY_TASK_ID",
+        f"rm -f \"$here/{FINISHED}\"",
+        f"cd {shlex.quote(str(REPO))}",
+        f"{grade}",
+        f"echo $? > \"$here/{FINISHED}\"",
+        ""])
+
+
+def submit(script_path: Path, indices: list[int]) -> str:
+    done = subprocess.run(["sbatch", "--parsable", f"--array={','.join(map(str, indices))}", str(script_path)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SlurmError(f"sbatch failed: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout.strip().split(";")[0]
+
+
+class SlurmError(Exception):
+    """Slurm refused the job (sbatch failed): the message says why."""
+
+
+def queued(job: str) -> int:
+    """How many of the job's tasks Slurm still lists (pending, running, completing)."""
+    done = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%i"], capture_output=True, text=True)
+    return len(done.stdout.split()) if done.returncode == 0 else 0
+
+
+def finished(folder: Path) -> bool:
+    """The task's grade ran to its end and left a result for every notebook of its students."""
+    marker = folder / FINISHED
+    if not marker.is_file() or marker.read_text().strip() not in ("0", "1"):
+        return False
+    submissions, _ = find_submissions(folder / "submissions")
+    return all(result_path(folder / "out", s).is_file() for s in submissions)
+
+
+def wait(job: str, folders: list[Path], poll: float, description: str) -> None:
+    with tqdm(total=len(folders), desc=description, unit="task") as bar:
+        while True:
+            count = sum(finished(f) for f in folders)
+            bar.update(count - bar.n)
+            if queued(job) == 0:
+                return
+            time.sleep(poll)
+
+
+def gather(out: Path, folders: list[Path], failed: dict[int, str], settings: Settings) -> list[NotebookResult]:
+    """Every task's results into OUT (its gradebook and results/); a failed task's notebooks as grader_error."""
+    gradebook.register(gradebook.db_url(out), course_notebooks())
+    with Gradebook(gradebook.db_url(out)) as book:
+        for index, folder in enumerate(folders):
+            submissions, _ = find_submissions(folder / "submissions")
+            for submission in submissions:
+                source = result_path(folder / "out", submission)
+                notebook = None
+                if index in failed or not source.is_file():
+                    result = ungraded_result(submission, GRADER_ERROR, failed.get(index, "no result"), settings)
+                else:
+                    result = NotebookResult.from_json(results.read_json(source))
+                    sanitized = folder / "out" / "runs" / submission.student_id / submission.assignment / \
+                        submission.notebook / "sanitized.ipynb"
+                    if sanitized.is_file():
+                        notebook = nbformat.read(str(sanitized), as_version=4)
+                record_result(out, submission, result, notebook, book)
+    return [NotebookResult.from_json(results.read_json(p)) for p in sorted((out / "results").glob("*/*/*.json"))]
+
+
+def grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, settings: Settings,
+          log: Callable[[str], None] = print) -> list[NotebookResult]:
+    """Grade ``root`` on Slurm into ``out``; ``grade_args``: the options every task's ``grade`` takes."""
+    work = out / "slurm"
+    folders = stage(work, chunks(root, options.notebooks_per_task))
+    if not folders:
+        return []
+    script_path = work / "grade.sbatch"
+    script_path.write_text(script(work, grade_args, options), encoding="utf-8")
+    for attempt in (1, 2):
+        pending = [i for i, folder in enumerate(folders) if not finished(folder)]
+        if not pending:
+            break
+        job = submit(script_path, pending)
+        log(f"Slurm job {job}: {len(pending)} task(s)" + (" submitted again (they did not finish the first time)"
+                                                           if attempt == 2 else ""))
+        wait(job, [folders[i] for i in pending], options.poll_seconds, f"Slurm job {job}")
+    failed = {i: _why(folder, work) for i, folder in enumerate(folders) if not finished(folder)}
+    for index, why in failed.items():
+        log(f"GRADER ERROR: Slurm task {index} did not finish twice: {why}")
+    return gather(out, folders, failed, settings)
+
+
+def _why(folder: Path, work: Path) -> str:
+    marker = folder / FINISHED
+    logs = sorted((work / "logs").glob(f"task-{folder.name.split('-')[1]}-*.log"))
+    tail = logs[-1].read_text(errors="replace").strip().splitlines()[-1:] if logs else []
+    ended = f"its grade exited {marker.read_text().strip()}" if marker.is_file() else \
+        "it ended without finishing (failed, preempted, timed out or cancelled)"
+    return f"the Slurm task grading this notebook did not finish, twice: {ended}" + \
+        (f"; its log ends: {tail[0][:300]}" if tail else "")

@@ -1,0 +1,135 @@
+"""Grading through Slurm (grader/slurm.py): the chunks, the array script, the retry and the gathering on fakes;
+then for real, on a one-node Slurm cluster started here (tests/slurm_cluster.py), against a local run's grades."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grader import cli, demo, slurm
+from grader.pipeline import Settings
+from grader.results import GRADER_ERROR
+from tests.slurm_cluster import Cluster, unavailable
+
+DAY1 = "week1/day1_host_baseline"
+
+
+def _class(root: Path, notebooks: dict[str, int]) -> Path:
+    for student, count in notebooks.items():
+        for i in range(count):
+            path = root / student / "week1" / f"nb{i}.ipynb"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("{}")
+    return root
+
+
+def test_students_are_grouped_by_notebooks_and_never_split(tmp_path):
+    root = _class(tmp_path, {"a": 3, "b": 3, "c": 1, "d": 5})
+    assert [[p.name for p in group] for group in slurm.chunks(root, 4)] == [["a"], ["b", "c"], ["d"]]
+    assert [[p.name for p in group] for group in slurm.chunks(root, 100)] == [["a", "b", "c", "d"]]
+
+
+def test_the_array_script_carries_slurms_options_and_the_grade_options(tmp_path):
+    options = slurm.SlurmOptions(partition="gpu", account="course", time="01:00:00", gres="gpu:1", cpus_per_task=16)
+    text = slurm.script(tmp_path / "work dir", ["--device", "gpu", "--seed", "7"], options)
+    for directive in ("--partition=gpu", "--account=course", "--time=01:00:00", "--gres=gpu:1",
+                      "--cpus-per-task=16"):
+        assert f"#SBATCH {directive}" in text
+    assert "'" + str(tmp_path / "work dir") + "'/task-$SLURM_ARRAY_TASK_ID" in text
+    assert '--out "$here/out" --force --device gpu --seed 7' in text
+    assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_only_options_away_from_their_defaults_are_forwarded():
+    args = cli.parser().parse_args(["grade", "subs", "--device", "cpu", "--seed", "9", "--no-sandbox",
+                                    "--executor", "slurm", "--runs", "3"])
+    assert cli._forwarded(args) == ["--device", "cpu", "--runs", "3", "--seed", "9", "--no-sandbox"]
+
+
+def _fake_slurm(monkeypatch, graded: Path, finishes: dict[int, list[bool]]) -> list[list[int]]:
+    """submit/wait stand-ins: task i finishes on attempt k when finishes[i][k] (``graded``'s results copied in)."""
+    submitted: list[list[int]] = []
+
+    def submit(script_path: Path, indices: list[int]) -> str:
+        submitted.append(indices)
+        attempt = len(submitted) - 1
+        for index in indices:
+            folder = script_path.parent / f"task-{index}"
+            if finishes[index][attempt]:
+                for submission in (folder / "submissions").iterdir():
+                    shutil.copytree(graded / "results" / submission.name, folder / "out" / "results" /
+                                    submission.name, dirs_exist_ok=True)
+                (folder / slurm.FINISHED).write_text("0\n")
+        return str(100 + attempt)
+
+    monkeypatch.setattr(slurm, "submit", submit)
+    monkeypatch.setattr(slurm, "wait", lambda *args: None)
+    return submitted
+
+
+@pytest.fixture(scope="module")
+def graded_locally(tmp_path_factory) -> dict[str, Path]:
+    """The Day 1 demo students, graded on this machine (the grades every Slurm run must equal)."""
+    root = tmp_path_factory.mktemp("slurm-local")
+    demo.build(root / "subs", keys={DAY1})
+    assert cli.main(["grade", str(root / "subs"), "--out", str(root / "out"), "--device", "cpu", "--seed", "5",
+                     "--allow-ungraded"]) == 0
+    return {"subs": root / "subs", "out": root / "out"}
+
+
+def _grades(out: Path) -> dict[tuple[str, str], tuple[str, dict[str, float | None]]]:
+    found = {}
+    for path in (out / "results").glob("*/*/*.json"):
+        result = json.loads(path.read_text())
+        found[(result["student"], f"{result['assignment']}/{result['notebook']}")] = (
+            result["status"], {item["item"]: item["score"] for item in result["items"]})
+    return found
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_task_that_does_not_finish_runs_again_once_then_its_notebooks_are_grader_errors(
+        tmp_path, monkeypatch, graded_locally):
+    students = sorted(p.name for p in graded_locally["subs"].iterdir())
+    assert len(students) >= 3
+    # task 0 finishes at once, task 1 on its second try, task 2 never
+    submitted = _fake_slurm(monkeypatch, graded_locally["out"], {0: [True, True], 1: [False, True], 2: [False, False]})
+    results = slurm.grade(graded_locally["subs"], tmp_path / "out", [], slurm.SlurmOptions(notebooks_per_task=1),
+                          Settings("cpu", "CPU"), log=lambda line: None)
+    assert submitted == [[0, 1, 2], [1, 2]]
+    by_student = {}
+    for result in results:
+        by_student.setdefault(result.student, set()).add(result.status)
+    assert by_student[students[2]] == {GRADER_ERROR}  # every one of its notebooks, none left out
+    assert GRADER_ERROR not in by_student[students[0]] | by_student[students[1]]
+    local = _grades(graded_locally["out"])
+    assert {k: v for k, v in _grades(tmp_path / "out").items() if k[0] != students[2]} == \
+        {k: v for k, v in local.items() if k[0] != students[2]}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = unavailable()
+    if reason:
+        pytest.skip(f"no Slurm test cluster: {reason}: NOT RUN, not counted as passed")
+    started = Cluster(tmp_path_factory.mktemp("slurm-cluster"))
+    started.start()
+    yield started
+    started.stop()
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_the_class_graded_through_slurm_gets_a_local_runs_grades(tmp_path, monkeypatch, cluster, graded_locally):
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    out = tmp_path / "out"
+    assert cli.main(["grade", str(graded_locally["subs"]), "--out", str(out), "--device", "cpu", "--seed", "5",
+                     "--allow-ungraded", "--executor", "slurm", "--notebooks-per-task", "1"]) == 0
+    tasks = sorted((out / "slurm").glob("task-*"))
+    assert len(tasks) >= 2 and all(slurm.finished(t) for t in tasks)  # several tasks, each ran to its end
+    assert _grades(out) == _grades(graded_locally["out"])
+    assert (out / "gradebook.db").is_file() and (out / "grades.csv").is_file()
