@@ -98,17 +98,22 @@ def test_a_run_attached_while_its_gpu_is_held_starts_paused(tmp_path):
     assert stamps and _inside(stamps, (began, ended)) == []
 
 
-def test_a_hold_ending_while_a_run_attaches_leaves_it_running(tmp_path, monkeypatch):
-    """The attach looks at the gate and freezes in one step: a hold that ends in between cannot leave the run
-    frozen with nobody to let it go (each freeze is slowed here to open that window wide)."""
-    gate = GpuGate(idle=lambda gpu: True)
+@pytest.fixture
+def slow_freeze(monkeypatch):
+    """Every freeze of a gate user waits 0.3 s first: the race windows below opened wide."""
     freeze = gpu_gate.Pausable._freeze
 
-    def slow_freeze(user):
+    def slowly(user):
         time.sleep(0.3)
         freeze(user)
 
-    monkeypatch.setattr(gpu_gate.Pausable, "_freeze", slow_freeze)
+    monkeypatch.setattr(gpu_gate.Pausable, "_freeze", slowly)
+
+
+def test_a_hold_ending_while_a_run_attaches_leaves_it_running(slow_freeze):
+    """The attach looks at the gate and freezes in one step: a hold that ends in between cannot leave the run
+    frozen with nobody to let it go."""
+    gate = GpuGate(idle=lambda gpu: True)
     holding = threading.Event()
 
     def hold_briefly():
@@ -131,18 +136,11 @@ def test_a_hold_ending_while_a_run_attaches_leaves_it_running(tmp_path, monkeypa
             process.wait()
 
 
-def test_a_user_leaving_while_a_hold_begins_is_not_left_frozen(monkeypatch):
+def test_a_user_leaving_while_a_hold_begins_is_not_left_frozen(slow_freeze):
     """A judge stops being a shared user (it asks for the GPU) while another judge's hold is freezing the users:
     it is either frozen and let go when it leaves, or never frozen; never frozen with nobody to let it go (which
     left a GPU held by a stopped judge on a two-GPU machine)."""
     gate = GpuGate(idle=lambda gpu: True)
-    freeze = gpu_gate.Pausable._freeze
-
-    def slow_freeze(user):
-        time.sleep(0.3)
-        freeze(user)
-
-    monkeypatch.setattr(gpu_gate.Pausable, "_freeze", slow_freeze)
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     freezing = threading.Event()
 
