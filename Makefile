@@ -40,11 +40,19 @@ SCHEDULING = $(if $(SCHEDULE),--schedule $(SCHEDULE),) $(if $(GPUS),--gpus $(GPU
 	$(if $(EXECUTOR),--executor $(EXECUTOR),) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION),) \
 	$(if $(SLURM_ACCOUNT),--slurm-account $(SLURM_ACCOUNT),) $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME),) \
 	$(if $(SLURM_GRES),--slurm-gres $(SLURM_GRES),)
+# Offline runners: `make wheelhouse` downloads every wheel `make setup` installs into WHEELHOUSE, for WHEEL_PYTHON
+# (e.g. 3.12) and WHEEL_PLATFORM (e.g. "manylinux_2_28_x86_64 manylinux2014_x86_64"; default: this machine's);
+# there, `make setup OFFLINE=1` installs from WHEELHOUSE with no package index.
+WHEELHOUSE ?= build/wheelhouse
+WHEEL_PYTHON ?=
+WHEEL_PLATFORM ?=
+OFFLINE ?=
+PIP_SOURCE = $(if $(OFFLINE),--no-index --find-links $(WHEELHOUSE),)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 REQUIREMENTS := requirements/base.txt requirements/constraints.txt $(if $(SYSTEM_SITE_PACKAGES),,requirements/torch-cpu.txt)
 
-.PHONY: setup sandbox-tool test lint release check-release grade check bench clean
+.PHONY: setup sandbox-tool wheelhouse test lint release check-release grade check bench clean
 
 setup: $(STAMP) sandbox-tool
 
@@ -62,10 +70,10 @@ sandbox-tool:
 
 $(STAMP): $(REQUIREMENTS) pyproject.toml
 	$(PYTHON) -m venv $(if $(SYSTEM_SITE_PACKAGES),--system-site-packages,) $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(if $(SYSTEM_SITE_PACKAGES),,$(PY) -m pip install --quiet -r requirements/torch-cpu.txt -c requirements/constraints.txt)
-	$(PY) -m pip install --quiet -r requirements/base.txt -c requirements/constraints.txt
-	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip install --quiet --upgrade $(PIP_SOURCE) pip setuptools
+	$(if $(SYSTEM_SITE_PACKAGES),,$(PY) -m pip install --quiet $(PIP_SOURCE) -r requirements/torch-cpu.txt -c requirements/constraints.txt)
+	$(PY) -m pip install --quiet $(PIP_SOURCE) -r requirements/base.txt -c requirements/constraints.txt
+	$(PY) -m pip install --quiet $(PIP_SOURCE) --no-build-isolation --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name gpu-kernels-course --display-name "GPU kernels course"
 	touch $(STAMP)
 
@@ -74,6 +82,13 @@ $(STAMP): $(REQUIREMENTS) pyproject.toml
 test: setup
 	$(PY) -m ruff check .
 	$(PY) -m pytest -n auto --dist loadscope
+
+wheelhouse:
+	$(PYTHON) -m pip download --quiet --only-binary=:all: --dest $(WHEELHOUSE) \
+		$(if $(WHEEL_PYTHON),--python-version $(WHEEL_PYTHON),) $(foreach p,$(WHEEL_PLATFORM),--platform $(p)) \
+		pip setuptools -r requirements/base.txt $(if $(SYSTEM_SITE_PACKAGES),,-r requirements/torch-cpu.txt) \
+		-c requirements/constraints.txt
+	@echo "wheels for an offline setup in $(WHEELHOUSE): there, make setup OFFLINE=1 WHEELHOUSE=$(WHEELHOUSE)"
 
 lint: setup
 	$(PY) -m ruff check .

@@ -336,6 +336,25 @@ def test_make_passes_the_schedule():
         assert flag in command
 
 
+def test_make_builds_a_wheelhouse_for_another_machine_and_sets_up_from_it_with_no_index(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    repo = Path(__file__).parent.parent
+
+    def dry(*args):
+        return subprocess.run(["make", "-n", *args], capture_output=True, text=True, check=True, cwd=repo,
+                              env=env).stdout
+
+    fetch = " ".join(dry("wheelhouse", "WHEELHOUSE=wh", "WHEEL_PYTHON=3.12",
+                         "WHEEL_PLATFORM=manylinux_2_28_x86_64 manylinux2014_x86_64").split())
+    for flag in ("--only-binary=:all:", "--dest wh", "--python-version 3.12", "--platform manylinux_2_28_x86_64",
+                 "--platform manylinux2014_x86_64", "-r requirements/base.txt", "-c requirements/constraints.txt"):
+        assert flag in fetch
+    # a fresh venv (a folder that does not exist yet), so make plans the whole setup
+    setup = [line for line in dry("setup", f"VENV={tmp_path / 'venv'}", "OFFLINE=1", "WHEELHOUSE=wh").splitlines()
+             if "pip install" in line]
+    assert len(setup) >= 3 and all("--no-index --find-links wh" in line for line in setup)
+
+
 def test_make_passes_the_limits_and_tolerates_only_the_demo_class():
     def dry(*args):
         env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
