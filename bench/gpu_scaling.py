@@ -138,6 +138,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--common-args", default="", help="more grader options for every run")
     p.add_argument("--sample-ms", type=int, default=500, help="nvidia-smi's sampling period (default: %(default)s)")
     p.add_argument("--work", type=Path, default=REPO / "build" / "scaling", help="(default: %(default)s)")
+    p.add_argument("--grader-timeout", type=float, default=None,
+                   help="seconds each grader run may take; then its stacks are printed into its log (SIGUSR1) and "
+                        "it is stopped (default: no limit)")
     p.add_argument("--reuse", action="store_true", help="analyse WORK's earlier runs; grade nothing")
     p.add_argument("--json", type=Path, default=None, help="also write everything as JSON here")
     return p

@@ -23,10 +23,12 @@ them. Notebooks not measured are extrapolated from the measured ones, and the ou
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -37,6 +39,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # this checkout's grader and bench, not an installed copy
+
+import psutil  # noqa: E402
 
 from bench import throughput as tp  # noqa: E402
 from grader import demo  # noqa: E402
@@ -78,14 +82,39 @@ def run_grader(work: Path, batch: Path, mode: str, grader_args: list[str], args:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}
     print(f"{mode}: {shlex.join(command)}", flush=True)
     started = time.monotonic()
+    timed_out = False
     with open(work / f"{mode}.log", "w", encoding="utf-8") as log:
-        returncode = subprocess.run(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
-    run = {"command": command, "returncode": returncode, "wall_seconds": time.monotonic() - started}
+        grader = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        try:
+            returncode = grader.wait(timeout=args.grader_timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            returncode = stop_with_stacks(grader)
+    run = {"command": command, "returncode": returncode, "wall_seconds": time.monotonic() - started,
+           "timed_out": timed_out}
     (work / f"{mode}.json").write_text(json.dumps(run, indent=1), encoding="utf-8")
     if returncode != 0:
         tail = (work / f"{mode}.log").read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
         print(f"{mode}: the grader exited {returncode} (log: {work / f'{mode}.log'}):\n  " + "\n  ".join(tail))
     return run
+
+
+def stop_with_stacks(grader: subprocess.Popen) -> int:
+    """Stop a grader that ran past --grader-timeout, first asking it and its judges for their stacks (SIGUSR1:
+    into the grader's log and each judge.log), so a stall says where it waited."""
+    with contextlib.suppress(psutil.Error):
+        for process in [psutil.Process(grader.pid), *psutil.Process(grader.pid).children(recursive=True)]:
+            if process.pid == grader.pid or "grader.judge" in " ".join(process.cmdline()):
+                process.send_signal(signal.SIGUSR1)
+    time.sleep(3.0)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(grader.pid, signal.SIGTERM)
+    try:
+        return grader.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(grader.pid, signal.SIGKILL)
+        return grader.wait()
 
 
 def read_mode(work: Path, mode: str, notebooks: list[str]) -> dict[str, Any]:
@@ -255,6 +284,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grade-args", default="", help='more grader options for the pipeline run ("--gpus 0 --runs 8")')
     p.add_argument("--common-args", default="", help="more grader options for both runs")
     p.add_argument("--work", type=Path, default=REPO / "build" / "throughput", help="(default: %(default)s)")
+    p.add_argument("--grader-timeout", type=float, default=None,
+                   help="seconds each grader run may take; then its stacks are printed into its log and it is "
+                        "stopped (default: no limit)")
     p.add_argument("--modes", default=",".join(MODES),
                    help="which runs to grade (default: %(default)s); one alone is reported without the comparison, "
                         "e.g. a pipeline batch too large to also grade one at a time")

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -330,3 +333,19 @@ def test_a_pipeline_run_alone_reports_its_throughput_targets_without_a_compariso
     slow = {"records": [record("s", timings={"gpu_exclusive": 12.0})], "schedule": None, "per_hour": 200.0}
     _, report = script.alone_block({"pipeline": slow}, [tp.W1D7])
     assert [t["mark"] for t in report["targets"]] == ["NOT MET", "NOT MET"]
+
+
+def test_a_grader_past_its_limit_prints_its_stacks_and_is_stopped(tmp_path):
+    log = tmp_path / "grader.log"
+    stand_in = ("import faulthandler, signal, sys, time\n"
+                "faulthandler.register(signal.SIGUSR1, all_threads=True)\n"
+                "print('ready', flush=True)\n"
+                "time.sleep(600)\n")
+    with open(log, "w") as out:
+        grader = subprocess.Popen([sys.executable, "-c", stand_in], stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        deadline = time.monotonic() + 30
+        while "ready" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        returncode = script.stop_with_stacks(grader)
+    assert returncode < 0 and "most recent call first" in log.read_text()
