@@ -105,10 +105,10 @@ class SlurmError(Exception):
     """Slurm refused the job (sbatch failed): the message says why."""
 
 
-def queued(job: str) -> int:
-    """How many of the job's tasks Slurm still lists (pending, running, completing)."""
+def queued(job: str) -> int | None:
+    """How many of the job's tasks Slurm still lists (pending, running, completing); None when squeue failed."""
     done = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%i"], capture_output=True, text=True)
-    return len(done.stdout.split()) if done.returncode == 0 else 0
+    return len(done.stdout.split()) if done.returncode == 0 else None
 
 
 def finished(folder: Path) -> bool:
@@ -120,13 +120,20 @@ def finished(folder: Path) -> bool:
     return all(result_path(folder / "out", s).is_file() for s in submissions)
 
 
-def wait(job: str, folders: list[Path], poll: float, description: str) -> None:
+def wait(job: str, folders: list[Path], poll: float, description: str, squeue_failures: int = 60) -> None:
+    """Until Slurm lists none of the job's tasks. A failing squeue is asked again (a task that may still run is
+    never submitted twice at once); ``squeue_failures`` failures in a row end the wait with SlurmError."""
+    failures = 0
     with tqdm(total=len(folders), desc=description, unit="task") as bar:
         while True:
             count = sum(finished(f) for f in folders)
             bar.update(count - bar.n)
-            if queued(job) == 0:
+            listed = queued(job)
+            if listed == 0:
                 return
+            failures = failures + 1 if listed is None else 0
+            if failures >= squeue_failures:
+                raise SlurmError(f"squeue failed {failures} times in a row while job {job} may still run")
             time.sleep(poll)
 
 
@@ -160,15 +167,22 @@ def grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, s
         return []
     script_path = work / "grade.sbatch"
     script_path.write_text(script(work, grade_args, options), encoding="utf-8")
+    stopped = ""
     for attempt in (1, 2):
         pending = [i for i, folder in enumerate(folders) if not finished(folder)]
         if not pending:
             break
-        job = submit(script_path, pending)
-        log(f"Slurm job {job}: {len(pending)} task(s)" + (" submitted again (they did not finish the first time)"
-                                                           if attempt == 2 else ""))
-        wait(job, [folders[i] for i in pending], options.poll_seconds, f"Slurm job {job}")
-    failed = {i: _why(folder, work) for i, folder in enumerate(folders) if not finished(folder)}
+        try:
+            job = submit(script_path, pending)
+            log(f"Slurm job {job}: {len(pending)} task(s)" + (" submitted again (they did not finish the first "
+                                                               "time)" if attempt == 2 else ""))
+            wait(job, [folders[i] for i in pending], options.poll_seconds, f"Slurm job {job}")
+        except SlurmError as error:
+            if attempt == 1 and len(pending) == len(folders):
+                raise  # nothing ran: the TA's error, said once
+            stopped = f"; then {error}"  # what finished is kept; the rest is said below
+            break
+    failed = {i: _why(folder, work) + stopped for i, folder in enumerate(folders) if not finished(folder)}
     for index, why in failed.items():
         log(f"GRADER ERROR: Slurm task {index} did not finish twice: {why}")
     return gather(out, folders, failed, settings)

@@ -50,6 +50,16 @@ def test_only_options_away_from_their_defaults_are_forwarded():
     assert cli._forwarded(args) == ["--device", "cpu", "--runs", "3", "--seed", "9", "--no-sandbox"]
 
 
+def test_a_failing_squeue_is_asked_again_and_never_read_as_an_empty_queue(tmp_path, monkeypatch):
+    answers = iter([None, None, 1, None, 0])
+    monkeypatch.setattr(slurm, "queued", lambda job: next(answers))
+    slurm.wait("7", [], 0.0, "job 7")  # returns only at the 0
+    assert next(answers, "used up") == "used up"
+    monkeypatch.setattr(slurm, "queued", lambda job: None)
+    with pytest.raises(slurm.SlurmError, match="squeue failed 3 times"):
+        slurm.wait("7", [], 0.0, "job 7", squeue_failures=3)
+
+
 def _fake_slurm(monkeypatch, graded: Path, finishes: dict[int, list[bool]]) -> list[list[int]]:
     """submit/wait stand-ins: task i finishes on attempt k when finishes[i][k] (``graded``'s results copied in)."""
     submitted: list[list[int]] = []
