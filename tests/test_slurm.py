@@ -143,3 +143,26 @@ def test_the_class_graded_through_slurm_gets_a_local_runs_grades(tmp_path, monke
     assert len(tasks) >= 2 and all(slurm.finished(t) for t in tasks)  # several tasks, each ran to its end
     assert _grades(out) == _grades(graded_locally["out"])
     assert (out / "gradebook.db").is_file() and (out / "grades.csv").is_file()
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_slurm_failing_after_some_tasks_ran_keeps_their_grades_and_names_the_error(tmp_path, monkeypatch,
+                                                                                   graded_locally):
+    _fake_slurm(monkeypatch, graded_locally["out"], {0: [True], 1: [False], 2: [True]})
+    real_submit = slurm.submit
+    calls = []
+
+    def submit(script_path, indices):
+        calls.append(indices)
+        if len(calls) == 2:
+            raise slurm.SlurmError("sbatch failed: the partition is down")
+        return real_submit(script_path, indices)
+
+    monkeypatch.setattr(slurm, "submit", submit)
+    results = slurm.grade(graded_locally["subs"], tmp_path / "out", [], slurm.SlurmOptions(notebooks_per_task=1),
+                          Settings("cpu", "CPU"), log=lambda line: None)
+    student = sorted(p.name for p in graded_locally["subs"].iterdir())[1]
+    mine = [r for r in results if r.student == student]
+    assert mine and all(r.status == GRADER_ERROR and "the partition is down" in r.message for r in mine)
+    assert all(r.status != GRADER_ERROR for r in results if r.student != student)
