@@ -134,7 +134,7 @@ def _settings(args: argparse.Namespace):
                     judge_timeout=args.judge_timeout, replay_floor=args.replay_timeout,
                     memory_bytes=int(args.memory_gb * 2**30),
                     scratch_bytes=int(args.scratch_gb * 2**30), cpus_per_run=args.cpus_per_run,
-                    sandbox=args.sandbox, seed=args.seed)
+                    sandbox=args.sandbox, seed=args.seed, hide=tuple(getattr(args, "hide", None) or ()))
 
 
 def _report(all_results: list[NotebookResult], out: Path) -> None:
@@ -499,6 +499,9 @@ def parser() -> argparse.ArgumentParser:
                    help="exit 0 even when some notebooks could not be graded normally (the summary still lists "
                         "them; `make grade` passes it for the demo class, whose `crashes` student fails by design), "
                         "unless the grader itself failed on one (grader_error)")
+    p.add_argument("--hide", action="append", default=[], metavar="PATH",
+                   help="one more path no sandboxed run may see (repeatable; the Slurm executor gives each task the "
+                        "whole class and the head's OUT)")
     _execution_options(p)
     _schedule_options(p)
     _slurm_options(p)

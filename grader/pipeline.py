@@ -101,6 +101,9 @@ class Settings:
     cpus_per_run: int | None = None  # None: the CPUs shared evenly among the parallel runs
     sandbox: bool = True
     seed: int | None = None  # the grading run's secret seed; drawn when not given
+    # more paths no sandboxed run may see, besides the solutions, the class and OUT (a Slurm task: the whole class
+    # and the head's OUT, which hold the other tasks' students)
+    hide: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -742,7 +745,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     if kept:
         log(f"{kept} notebook(s) already graded by grader {GRADER_VERSION} on {settings.device_name}: kept "
             "(use --force to grade them again)")
-    hide = [str(p) for p in (SOLUTIONS, submissions_root.resolve(), out.resolve())]
+    hide = [str(p) for p in (SOLUTIONS, submissions_root.resolve(), out.resolve(), *settings.hide)]
     needed = sorted({(s.assignment, s.notebook) for s in todo if s.path})
     plans = {f"{a}/{n}": notebook_plan(find_course_notebook(a, n)) for a, n in needed}
 

@@ -1,11 +1,11 @@
 """Grade a class on a Slurm cluster: one task of a job array per chunk of students, gathered into one gradebook.
 
-Each task runs ``python -m grader grade`` on its own copy of its students' folders (copies, so a sandbox sees
-no other student's files) into its own OUT, with the grading run's one secret seed, so its grades are what a
-local run gives. The head waits with a progress bar (``squeue``), submits every task that did not finish
-(failed, preempted, timed out, cancelled) once more, and then records every result into OUT's gradebook
-itself, the only writer. A task that failed twice becomes a grader_error for each of its notebooks, never a
-notebook left out. Slurm's own options: partition, account, time limit, GRES and CPUs per task.
+Each task runs ``python -m grader grade`` on its own copy of its students' folders into its own OUT, with the
+class and the head's OUT hidden from its sandboxes (none sees another student's files) and the grading run's one
+secret seed, so its grades are what a local run gives. The head waits with a progress bar (``squeue``), submits
+every task that did not finish (failed, preempted, timed out, cancelled) once more, and then records every result
+into OUT's gradebook itself, the only writer. A task that failed twice becomes a grader_error for each of its
+notebooks, never a notebook left out. Slurm's own options: partition, account, time limit, GRES and CPUs per task.
 """
 
 from __future__ import annotations
@@ -166,7 +166,9 @@ def grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, s
     if not folders:
         return []
     script_path = work / "grade.sbatch"
-    script_path.write_text(script(work, grade_args, options), encoding="utf-8")
+    # A task's sandboxes see neither the class nor the head's OUT, where the other tasks' students are.
+    hidden = ["--hide", str(root.resolve()), "--hide", str(out.resolve())]
+    script_path.write_text(script(work, [*grade_args, *hidden], options), encoding="utf-8")
     stopped = ""
     for attempt in (1, 2):
         pending = [i for i, folder in enumerate(folders) if not finished(folder)]

@@ -44,6 +44,11 @@ def test_the_array_script_carries_slurms_options_and_the_grade_options(tmp_path)
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
 
 
+def test_hidden_paths_reach_the_grading_settings():
+    args = cli.parser().parse_args(["grade", "subs", "--device", "cpu", "--hide", "/class", "--hide", "/head-out"])
+    assert cli._settings(args).hide == ("/class", "/head-out")
+
+
 def test_only_options_away_from_their_defaults_are_forwarded():
     args = cli.parser().parse_args(["grade", "subs", "--device", "cpu", "--seed", "9", "--no-sandbox",
                                     "--executor", "slurm", "--runs", "3"])
@@ -139,6 +144,9 @@ def test_the_class_graded_through_slurm_gets_a_local_runs_grades(tmp_path, monke
     out = tmp_path / "out"
     assert cli.main(["grade", str(graded_locally["subs"]), "--out", str(out), "--device", "cpu", "--seed", "5",
                      "--allow-ungraded", "--executor", "slurm", "--notebooks-per-task", "1"]) == 0
+    script = (out / "slurm" / "grade.sbatch").read_text()
+    # each task's sandboxes see neither the class nor the head's OUT (the other tasks' students)
+    assert f"--hide {graded_locally['subs'].resolve()} --hide {out.resolve()}" in script
     tasks = sorted((out / "slurm").glob("task-*"))
     assert len(tasks) >= 2 and all(slurm.finished(t) for t in tasks)  # several tasks, each ran to its end
     assert _grades(out) == _grades(graded_locally["out"])
