@@ -43,6 +43,27 @@ def _config(folder: Path) -> str:
         "PartitionName=course Nodes=ALL Default=YES MaxTime=INFINITE State=UP", ""])
 
 
+def _munge_answers() -> bool:
+    """Whether a munged answers on its socket: a credential made and read back (a socket file alone can be a dead
+    daemon's, left by a machine restored from an image)."""
+    made = subprocess.run(["munge", "-n"], capture_output=True, timeout=30)
+    return made.returncode == 0 and subprocess.run(["unmunge"], input=made.stdout, capture_output=True,
+                                                   timeout=30).returncode == 0
+
+
+def _ensure_munge() -> None:
+    if _munge_answers():
+        return
+    Path("/run/munge").mkdir(parents=True, exist_ok=True)
+    shutil.chown("/run/munge", "munge", "munge")
+    # --force: take over a dead daemon's socket and lock file
+    subprocess.run(["runuser", "-u", "munge", "--", "munged", "--force"], check=True)
+    if not _munge_answers():
+        log = Path("/var/log/munge/munged.log")
+        raise RuntimeError("munged started but does not answer:\n" +
+                           (log.read_text(errors="replace")[-800:] if log.exists() else "(no munged.log)"))
+
+
 class Cluster:
     """Started by ``start()``, stopped by ``stop()``; ``env`` is what Slurm commands need (SLURM_CONF)."""
 
@@ -56,10 +77,7 @@ class Cluster:
         for sub in ("state", "spool"):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         self.conf.write_text(_config(self.folder), encoding="utf-8")
-        if not Path("/run/munge/munge.socket.2").exists():
-            Path("/run/munge").mkdir(parents=True, exist_ok=True)
-            shutil.chown("/run/munge", "munge", "munge")
-            subprocess.run(["runuser", "-u", "munge", "--", "munged"], check=True)
+        _ensure_munge()
         for daemon in ("slurmctld", "slurmd"):
             log = open(self.folder / f"{daemon}.out", "w")  # noqa: SIM115 (the daemon's lifetime)
             self._daemons.append(subprocess.Popen([shutil.which(daemon), "-D"], env=self.env, stdout=log,
