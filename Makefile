@@ -29,6 +29,11 @@ SLURM_PARTITION ?=
 SLURM_ACCOUNT ?=
 SLURM_TIME ?=
 SLURM_GRES ?=
+# A TA's week: WEEK=week1 (or ASSIGNMENT=week1,week2) grades only that assignment's notebooks, keeping the other
+# weeks' grades in OUT. TERM_FILE: due dates, late policy and extensions (default: term.toml here, when present).
+WEEK ?=
+ASSIGNMENT ?= $(WEEK)
+TERM_FILE ?=
 # `make grade` exits 1 when a notebook could not be graded normally, except for the demo class (no SUBMISSIONS),
 # whose `crashes` student fails by design; ALLOW_UNGRADED=1 exits 0 for a real class too (the summary still lists them).
 ALLOW_UNGRADED ?= $(if $(SUBMISSIONS),,1)
@@ -101,6 +106,7 @@ check-release: setup
 
 grade: setup
 	$(PY) -m grader grade $(SUBMISSIONS) --out $(OUT) --device $(DEVICE) $(LIMITS) $(SCHEDULING) $(if $(NO_SANDBOX),--no-sandbox,) \
+		$(if $(ASSIGNMENT),--assignment $(ASSIGNMENT),) $(if $(TERM_FILE),--term $(TERM_FILE),) \
 		$(if $(filter 1 yes true,$(ALLOW_UNGRADED)),--allow-ungraded,)
 
 check: setup

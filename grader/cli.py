@@ -18,12 +18,16 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
-from grader import GRADER_VERSION, release
+from grader import GRADER_VERSION, release, term
 from grader.results import GRADER_ERROR, MISSING, ItemResult, NotebookResult
+from grader.term import Term, TermError
 
 DEFAULT_OUT = Path("build/grades")
+TERM_FILE = "term.toml"
 
 
 class _Progress:
@@ -137,16 +141,42 @@ def _settings(args: argparse.Namespace):
                     sandbox=args.sandbox, seed=args.seed, hide=tuple(getattr(args, "hide", None) or ()))
 
 
-def _report(all_results: list[NotebookResult], out: Path) -> None:
+def _term(args: argparse.Namespace) -> Term:
+    """The term file named by --term, else the course's term.toml when there is one, else no due dates."""
+    from grader.layout import REPO, course_notebooks
+
+    path = Path(args.term) if args.term else REPO / TERM_FILE
+    if not args.term and not path.is_file():
+        print(f"no term file ({path} or --term): no due dates, no late penalties")
+        return Term()
+    loaded = term.load(path, {nb.assignment for nb in course_notebooks()})
+    print(f"term: {path} (due: {', '.join(f'{a} {term.shown_time(d)}' for a, d in loaded.due.items()) or 'none'}; "
+          f"late policy: {loaded.policy})")
+    return loaded
+
+
+def _apply_term(all_results: list[NotebookResult], out: Path, rules: Term) -> None:
+    """Late penalties into the results (in memory) and the gradebook: reports are written from both."""
+    from grader import gradebook
+
+    term.apply(all_results, rules)
+    gradebook.record_lateness(gradebook.db_url(out), all_results, rules)
+
+
+def _report(all_results: list[NotebookResult], out: Path, rules: Term) -> None:
+    from grader import upload
     from grader.export import NBGRADER_CSV, export
     from grader.feedback import write_pages
 
+    _apply_term(all_results, out, rules)
     written = export(all_results, out)
     index = write_pages(all_results, out)
+    uploads = upload.write(all_results, out)
     print(summary_table(all_results))
     print(f"\ngradebook: {out / 'gradebook.db'} (`nbgrader export` run in {out} writes {NBGRADER_CSV})"
           f"\nitems: {written.grades}\nstudents: {written.students}\none row per student, one column per "
-          f"notebook: {written.wide}\nfeedback: {index}")
+          f"notebook: {written.wide}\nfeedback: {index}\nto upload: {uploads.canvas} (Canvas's gradebook import) and "
+          f"{len(uploads.zips)} zip(s) of feedback pages, one per student, in {uploads.canvas.parent / 'feedback'}")
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -174,9 +204,18 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if not submissions.is_dir():
         print(f"no such folder: {submissions}", file=sys.stderr)
         return 2
+    try:
+        rules, asked = _term(args), _assignments(args.assignment)
+    except (TermError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    now = datetime.now(UTC)
+    not_due = tuple(a for a in rules.due if not rules.is_due(a, now) and a not in asked)
+    if not_due:
+        print(f"not due yet: {', '.join(not_due)} (absent notebooks of these are not counted missing)")
     if args.executor == "slurm" and args.seed is None:
         args.seed = secrets.randbits(63)  # one seed for every task: the grades a local run gives
-    settings = _settings(args)
+    settings = replace(_settings(args), assignments=asked, not_due=not_due)
     print(f"grader {GRADER_VERSION} on {settings.device_name}; results in {out}", flush=True)
     if args.executor == "slurm":
         from grader import slurm
@@ -200,7 +239,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(f"NOTHING WAS GRADED: no student folders in {submissions} (expected "
               "<dir>/<student>/<assignment>/<notebook>.ipynb)", file=sys.stderr)
         return 1
-    _report(all_results, out)
+    _report(all_results, out, rules)
     closing = not_graded_summary(all_results)
     print("\n" + "\n".join(closing), flush=True)
     if any(not r.graded_normally for r in all_results):
@@ -325,8 +364,10 @@ def _without_hidden_material(result: NotebookResult) -> None:
 
 def _still_a_stub(item: ItemResult) -> bool:
     """An item whose every message says the answer is still the released stub."""
+    from course.answers import NOT_ANSWERED
+
     lines = [line for line in item.message.splitlines() if line.strip()]
-    stub = ("NotImplementedError", "is not defined in your notebook")
+    stub = ("NotImplementedError", "is not defined in your notebook", NOT_ANSWERED)
     return item.score == 0 and bool(lines) and all(any(s in line for s in stub) for line in lines)
 
 
@@ -352,20 +393,40 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from grader.export import export
+def _stored_results(args: argparse.Namespace) -> list[NotebookResult] | None:
+    """The results in --out with the term applied; None (after saying why) when the term file is unusable."""
     from grader.pipeline import load_results
 
-    for path in export(load_results(Path(args.out)), Path(args.out)):
+    try:
+        rules = _term(args)
+    except TermError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return None
+    stored = load_results(Path(args.out))
+    _apply_term(stored, Path(args.out), rules)
+    return stored
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from grader.export import export
+
+    stored = _stored_results(args)
+    if stored is None:
+        return 2
+    for path in export(stored, Path(args.out)):
         print(f"wrote {path}")
     return 0
 
 
 def cmd_feedback(args: argparse.Namespace) -> int:
+    from grader import upload
     from grader.feedback import write_pages
-    from grader.pipeline import load_results
 
-    print(f"wrote {write_pages(load_results(Path(args.out)), Path(args.out))}")
+    stored = _stored_results(args)
+    if stored is None:
+        return 2
+    print(f"wrote {write_pages(stored, Path(args.out))}")
+    print(f"wrote {len(upload.write(stored, Path(args.out)).zips)} feedback zip(s) in {Path(args.out) / 'upload'}")
     return 0
 
 
@@ -432,6 +493,7 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
     """The execution and schedule options of this command line that differ from their defaults, as a Slurm task's
     ``grade`` takes them."""
     probe = argparse.ArgumentParser(add_help=False)
+    _selection_options(probe)
     _execution_options(probe)
     _schedule_options(probe)
     forwarded: list[str] = []
@@ -440,6 +502,30 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
         if value != action.default:
             forwarded += [action.option_strings[0]] if action.nargs == 0 else [action.option_strings[0], str(value)]
     return forwarded
+
+
+def _term_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--term", default=None, metavar="FILE",
+                        help=f"due dates, late policy and extensions (default: {TERM_FILE} in the course folder, when "
+                             "there is one; term.example.toml shows the form; make: TERM_FILE)")
+
+
+def _selection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--assignment", default=None, metavar="NAMES",
+                        help="grade only these assignments (comma-separated, such as week1), for every student; "
+                             "other assignments' grades in --out are kept (make: WEEK or ASSIGNMENT)")
+
+
+def _assignments(text: str | None) -> tuple[str, ...]:
+    """--assignment's names, each a course assignment (ValueError naming the known ones otherwise)."""
+    from grader.layout import course_notebooks
+
+    names = tuple(dict.fromkeys(part.strip() for part in (text or "").split(",") if part.strip()))
+    known = sorted({nb.assignment for nb in course_notebooks()})
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise ValueError(f"--assignment {', '.join(unknown)}: no such assignment (there are {', '.join(known)})")
+    return names
 
 
 def _slurm_options(parser: argparse.ArgumentParser) -> None:
@@ -502,6 +588,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hide", action="append", default=[], metavar="PATH",
                    help="one more path no sandboxed run may see (repeatable; the Slurm executor gives each task the "
                         "whole class and the head's OUT)")
+    _term_option(p)
+    _selection_options(p)
     _execution_options(p)
     _schedule_options(p)
     _slurm_options(p)
@@ -541,10 +629,13 @@ def parser() -> argparse.ArgumentParser:
     p = commands.add_parser("export", help="write grades.csv, students.csv and grades-wide.csv from the results "
                                            "in --out")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="(default: %(default)s)")
+    _term_option(p)
     p.set_defaults(run=cmd_export)
 
-    p = commands.add_parser("feedback", help="write the feedback pages from the results in --out")
+    p = commands.add_parser("feedback", help="write the feedback pages (and their zips to upload) from the results "
+                                             "in --out")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="(default: %(default)s)")
+    _term_option(p)
     p.set_defaults(run=cmd_feedback)
 
     p = commands.add_parser("demo", help="build the demo class's submissions")

@@ -18,7 +18,7 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +221,7 @@ def _kernel_start_seconds(nb: Any, began: datetime) -> float | None:
         if stamp:
             started = datetime.fromisoformat(stamp)
             if started.tzinfo is None:
-                started = started.replace(tzinfo=timezone.utc)
+                started = started.replace(tzinfo=UTC)
             return (started - began).total_seconds()
     return None
 
@@ -239,7 +239,7 @@ def run_job(job: Job) -> Outcome:
     nb = parameterize_notebook(nb, parameters, kernel_name=KERNEL_NAME, language="python")
     output = str(job.executed_path)
     nb = prepare_notebook_metadata(nb, job.notebook, output)
-    began_wall, began = datetime.now(timezone.utc), time.monotonic()
+    began_wall, began = datetime.now(UTC), time.monotonic()
     outcome = Outcome(results.OK)
     try:
         nb = papermill_engines.execute_notebook_with_engine(

@@ -30,10 +30,12 @@ NBGRADER_CONFIG, NBGRADER_CSV = "nbgrader_config.py", "nbgrader-grades.csv"
 
 ITEM_COLUMNS = ("student", "student_id", "assignment", "notebook", "submitted_file", "item", "kind", "score",
                 "max_score", "status", "provisional", "measured", "threshold", "notebook_status",
-                "notebook_message", "sandbox", "message")
-# earned: points scored; graded_max: the points of the items decided so far; pending: the points still
-# to be decided (performance without a GPU, answers a person grades); max_score = graded_max + pending.
-STUDENT_COLUMNS = ("student", "student_id", "earned", "graded_max", "pending", "max_score",
+                "notebook_message", "notebook_raw", "late_penalty", "notebook_final", "late_status", "late_note",
+                "sandbox", "message")
+# earned: points scored (raw: before any late penalty); graded_max: the points of the items decided so far; pending:
+# the points still to be decided (performance without a GPU, answers a person grades); max_score = graded_max +
+# pending; late_penalty: the points the term's late policy takes off (grader/term.py); final = earned - late_penalty.
+STUDENT_COLUMNS = ("student", "student_id", "earned", "late_penalty", "final", "graded_max", "pending", "max_score",
                    "correctness_earned", "correctness_graded_max", "correctness_pending",
                    "performance_earned", "performance_graded_max", "performance_pending", "provisional_points",
                    "notebooks", "not_graded_normally", "messages", "sandbox")
@@ -79,7 +81,7 @@ def _cell(value: object) -> object:
     return value
 
 
-def _write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, object]]) -> None:
+def write_csv(path: Path, columns: tuple[str, ...], rows: list[dict[str, object]]) -> None:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns)
     writer.writeheader()
@@ -93,7 +95,7 @@ def _one_line(text: str, limit: int = 600) -> str:
     return " | ".join(line.strip() for line in text.splitlines() if line.strip())[:limit]
 
 
-def _points(value: float) -> str:
+def points_text(value: float) -> str:
     return f"{round(value, 4):g}"
 
 
@@ -118,20 +120,22 @@ def item_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
         common = {"student": result.student, "student_id": result.student_id, "assignment": result.assignment,
                   "notebook": result.notebook, "submitted_file": result.submitted_file,
                   "notebook_status": result.status, "notebook_message": notebook_message(result),
-                  "sandbox": result.sandbox}
+                  "notebook_raw": points_text(result.score), "late_penalty": points_text(result.late_penalty),
+                  "notebook_final": points_text(result.final_score), "late_status": result.late_status,
+                  "late_note": result.late_note, "sandbox": result.sandbox}
         items = items_of(result)
         if not items:
             rows.append({**common, "status": result.status, "message": _one_line(result.summary)})
         for item in items:
             rows.append({**common, "item": item.item, "kind": item.kind,
-                         "score": "" if item.score is None else _points(item.score),
-                         "max_score": _points(item.max_score), "status": item.status,
+                         "score": "" if item.score is None else points_text(item.score),
+                         "max_score": points_text(item.max_score), "status": item.status,
                          "provisional": "provisional (CPU run; the GPU judge decides)" if item.provisional else "",
                          "measured": item.measured, "threshold": item.threshold, "message": _one_line(item.message)})
     return rows
 
 
-def _by_student(all_results: list[NotebookResult]) -> dict[str, list[NotebookResult]]:
+def by_student(all_results: list[NotebookResult]) -> dict[str, list[NotebookResult]]:
     grouped: dict[str, list[NotebookResult]] = defaultdict(list)
     for result in _order(all_results):
         grouped[result.student_id].append(result)
@@ -140,7 +144,7 @@ def _by_student(all_results: list[NotebookResult]) -> dict[str, list[NotebookRes
 
 def student_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
     rows = []
-    for student_id, mine in _by_student(all_results).items():
+    for student_id, mine in by_student(all_results).items():
         t: dict[str, float] = defaultdict(float)
         for result in mine:
             for item in items_of(result):
@@ -154,12 +158,15 @@ def student_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
                     t["provisional"] += item.score or 0.0
         row: dict[str, object] = {"student": mine[0].student, "student_id": student_id}
         for what in ("earned", "graded_max", "pending"):
-            row[what] = _points(t[f"correctness_{what}"] + t[f"performance_{what}"])
+            row[what] = points_text(t[f"correctness_{what}"] + t[f"performance_{what}"])
             for kind in ("correctness", "performance"):
-                row[f"{kind}_{what}"] = _points(t[f"{kind}_{what}"])
-        row["max_score"] = _points(sum(t[f"{k}_{w}"] for k in ("correctness", "performance")
+                row[f"{kind}_{what}"] = points_text(t[f"{kind}_{what}"])
+        row["max_score"] = points_text(sum(t[f"{k}_{w}"] for k in ("correctness", "performance")
                                        for w in ("graded_max", "pending")))
-        row["provisional_points"] = _points(t["provisional"])
+        penalty = sum(r.late_penalty for r in mine)
+        row["late_penalty"] = points_text(penalty)
+        row["final"] = points_text(sum(r.final_score for r in mine))
+        row["provisional_points"] = points_text(t["provisional"])
         row["notebooks"] = "; ".join(f"{r.assignment}/{r.notebook}: {r.status}" for r in mine)
         row["not_graded_normally"] = sum(not r.graded_normally for r in mine)
         row["messages"] = " || ".join(f"{r.assignment}/{r.notebook}: {notebook_message(r)}"
@@ -169,23 +176,26 @@ def student_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
     return rows
 
 
+def notebook_keys(all_results: list[NotebookResult]) -> list[str]:
+    return sorted({f"{r.assignment}/{r.notebook}" for r in all_results})
+
+
 def wide_columns(all_results: list[NotebookResult]) -> tuple[str, ...]:
-    keys = sorted({f"{r.assignment}/{r.notebook}" for r in all_results})
-    return ("student", "student_id", *keys, "total")
+    return ("student", "student_id", *notebook_keys(all_results), "raw_total", "late_penalty", "total")
 
 
 def wide_rows(all_results: list[NotebookResult]) -> list[dict[str, object]]:
-    """One row per student, one column per notebook: the points earned (pending points count 0 until decided;
-    a notebook not graded normally counts what it earned, usually 0: students.csv says why)."""
+    """One row per student, one column per notebook: its final points (late penalty taken off; pending points
+    count 0 until decided; a notebook not graded normally counts what it earned, usually 0: students.csv says
+    why); then the raw total, the late penalty and the final total."""
     rows = []
-    for student_id, mine in _by_student(all_results).items():
+    for student_id, mine in by_student(all_results).items():
         row: dict[str, object] = {"student": mine[0].student, "student_id": student_id}
-        total = 0.0
         for result in mine:
-            earned = sum(item.score or 0.0 for item in items_of(result))
-            row[f"{result.assignment}/{result.notebook}"] = _points(earned)
-            total += earned
-        row["total"] = _points(total)
+            row[f"{result.assignment}/{result.notebook}"] = points_text(result.final_score)
+        row["raw_total"] = points_text(sum(r.score for r in mine))
+        row["late_penalty"] = points_text(sum(r.late_penalty for r in mine))
+        row["total"] = points_text(sum(r.final_score for r in mine))
         rows.append(row)
     return rows
 
@@ -198,14 +208,15 @@ def write_nbgrader_config(out: Path) -> Path:
         f"# writes {NBGRADER_CSV} (the grader's own {GRADES_CSV} is one row per graded item: never overwritten).\n"
         "c = get_config()  # noqa: F821\n"
         'c.CourseDirectory.db_url = "sqlite:///gradebook.db"\n'
-        f'c.CsvExportPlugin.to = "{NBGRADER_CSV}"\n', encoding="utf-8")
+        # ExportPlugin, the trait `--to` sets: a setting of the subclass CsvExportPlugin would override `--to`
+        f'c.ExportPlugin.to = "{NBGRADER_CSV}"\n', encoding="utf-8")
     return path
 
 
 def export(all_results: list[NotebookResult], out: Path) -> Exported:
     written = Exported(out / GRADES_CSV, out / STUDENTS_CSV, out / WIDE_CSV, out / NBGRADER_CONFIG)
-    _write_csv(written.grades, ITEM_COLUMNS, item_rows(all_results))
-    _write_csv(written.students, STUDENT_COLUMNS, student_rows(all_results))
-    _write_csv(written.wide, wide_columns(all_results), wide_rows(all_results))
+    write_csv(written.grades, ITEM_COLUMNS, item_rows(all_results))
+    write_csv(written.students, STUDENT_COLUMNS, student_rows(all_results))
+    write_csv(written.wide, wide_columns(all_results), wide_rows(all_results))
     write_nbgrader_config(out)
     return written

@@ -172,6 +172,8 @@ def write_pages(all_results: list[NotebookResult], out: Path) -> Path:
         rows.append({"student": overview.student_label(result), "notebook": overview.notebook_key(result),
                      "status": result.status, **_totals(items), "device": result.device,
                      "sandbox": result.sandbox or "unknown", "link": link(result),
+                     "late_status": result.late_status, "late_penalty": result.late_penalty,
+                     "final": result.final_score, "late_note": result.late_note,
                      "measured": "; ".join(i.measured for i in perf),
                      "provisional": any(i.provisional for i in items)})
     rows.sort(key=lambda row: (row["student"].casefold(), row["notebook"]))

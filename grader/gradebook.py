@@ -16,13 +16,14 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 from nbgrader import api
-from nbgrader.api import Gradebook
+from nbgrader.api import Gradebook, MissingEntry
 from nbgrader.preprocessors import SaveAutoGrades, SaveCells
 from sqlalchemy.exc import SAWarning
 
 from grader.layout import CourseNotebook
 from grader.release import master_version
 from grader.results import NotebookResult
+from grader.term import Term
 
 
 class GradebookMismatch(RuntimeError):
@@ -92,3 +93,34 @@ def record(url: str, result: NotebookResult, executed: NotebookNode | None, book
 
 def _opened(url: str, book: Gradebook | None) -> contextlib.AbstractContextManager[Gradebook]:
     return contextlib.nullcontext(book) if book is not None else Gradebook(url)
+
+
+def record_lateness(url: str, all_results: list[NotebookResult], term: Term) -> None:
+    """Write the term into the gradebook as nbgrader keeps it, so a stock ``nbgrader export`` shows the raw score,
+    the late penalty and the final score: each assignment's ``duedate``, each submission's ``timestamp`` (its latest
+    notebook's) and ``extension``, and each notebook's ``late_submission_penalty`` (``grader.term.apply`` first)."""
+    with Gradebook(url) as gb, warnings.catch_warnings():
+        warnings.simplefilter("ignore", SAWarning)
+        for assignment in gb.assignments:
+            gb.update_or_create_assignment(assignment.name, duedate=term.due.get(assignment.name))
+        by_submission: dict[tuple[str, str], list[NotebookResult]] = {}
+        for result in all_results:
+            by_submission.setdefault((result.student_id, result.assignment), []).append(result)
+        for (student_id, assignment), mine in by_submission.items():
+            try:
+                submission = gb.find_submission(assignment, student_id)
+            except MissingEntry:
+                continue
+            times = [term.lateness(r).submitted for r in mine]
+            known = [t for t in times if t is not None]
+            submission.timestamp = max(known).replace(tzinfo=None) if known else None
+            due, _ = term.due_for(mine[0].student, assignment, student_id)
+            base = term.due.get(assignment)
+            submission.extension = due - base if due is not None and base is not None and due != base else None
+            for result in mine:
+                try:
+                    gb.find_submission_notebook(result.notebook, assignment, student_id).late_submission_penalty = \
+                        result.late_penalty
+                except MissingEntry:
+                    continue
+        gb.db.commit()

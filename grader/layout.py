@@ -8,10 +8,12 @@ import json
 import os
 import re
 import unicodedata
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from grader import results
+from grader.term import TIMESTAMP_FILE
 
 REPO = Path(__file__).resolve().parent.parent
 SOLUTIONS = REPO / "solutions"
@@ -195,15 +197,17 @@ def _assignments_in_batch(root_folders: dict[str, _Folder], expected: list[Cours
     return present or course
 
 
-def find_submissions(root: Path) -> tuple[list[Submission], list[str]]:
+def find_submissions(root: Path, assignments: Collection[str] = (), not_due: Collection[str] = (),
+                     ) -> tuple[list[Submission], list[str]]:
     """One Submission per student folder and expected notebook, whatever the folder holds.
 
     Every folder under ``root`` (hidden ones aside) is a student, whatever its name; each gets a
-    Submission for every notebook of the assignments this batch grades (those any student has a
-    folder for). A notebook not at ``<assignment>/<notebook>.ipynb`` is still graded when the match
-    is unambiguous: a notebook of that name elsewhere in the folder, one whose name starts with it
-    (``day7_fast_matmul-Copy1.ipynb``), or the only notebook in the assignment's folder (or in the
-    student's folder, when it has no assignment folder); ``found`` says which file was graded and why.
+    Submission for every notebook of the assignments this batch grades: ``assignments`` when given, else
+    those any student has a folder for. A notebook of a ``not_due`` assignment that is not there is not
+    expected yet: no Submission, rather than a missing one. A notebook not at ``<assignment>/<notebook>.ipynb``
+    is still graded when the match is unambiguous: a notebook of that name elsewhere in the folder, one whose
+    name starts with it (``day7_fast_matmul-Copy1.ipynb``), or the only notebook in the assignment's folder (or in
+    the student's folder, when it has no assignment folder); ``found`` says which file was graded and why.
     Otherwise the Submission is missing (or ambiguous, when several notebooks could be it) and
     ``found`` names what the folder holds instead.
 
@@ -224,7 +228,7 @@ def find_submissions(root: Path) -> tuple[list[Submission], list[str]]:
             problems.append(f"{shown(str(path))}: a file at the top level, not a student's folder; ignored")
     folders = {p.name: _scan(p) for p in student_dirs}
     notebooks = course_notebooks()
-    batch = _assignments_in_batch(folders, notebooks)
+    batch = set(assignments) or _assignments_in_batch(folders, notebooks)
     expected = [nb for nb in notebooks if nb.assignment in batch]
     ids: dict[str, str] = {}
     for student_dir in student_dirs:
@@ -235,14 +239,15 @@ def find_submissions(root: Path) -> tuple[list[Submission], list[str]]:
         ids[student_dir.name] = student_id
     found: list[Submission] = []
     for student_dir in student_dirs:
-        subs, notes = _match_student(student_dir, folders[student_dir.name], expected, ids[student_dir.name])
+        subs, notes = _match_student(student_dir, folders[student_dir.name], expected, ids[student_dir.name],
+                                     set(not_due))
         found += subs
         problems += notes
     return found, problems
 
 
 def _match_student(student_dir: Path, folder: _Folder, expected: list[CourseNotebook],
-                   student_id: str) -> tuple[list[Submission], list[str]]:
+                   student_id: str, not_due: set[str]) -> tuple[list[Submission], list[str]]:
     student = shown(student_dir.name)
     course_assignments = {nb.assignment for nb in course_notebooks()}
     folders_here = {entry.rstrip("/") for entry in folder.top if entry.endswith("/")}
@@ -346,12 +351,14 @@ def _match_student(student_dir: Path, folder: _Folder, expected: list[CourseNote
                             + [f"{p} (a link: not followed)" for p in folder.links if p.parts[0] == nb.assignment])
             holds = f"{nb.assignment}/ holds {_listing(inside)}" if inside else f"{nb.assignment}/ is empty"
             message = f"no {expected_file} was submitted: {holds}{more}"
-        found.append(Submission(student, nb.assignment, nb.name, None, student_id, results.MISSING, message))
+        if nb.assignment not in not_due:
+            found.append(Submission(student, nb.assignment, nb.name, None, student_id, results.MISSING, message))
 
     notes = [f"{student}/{s.expected_file}: " + (f"{s.status}: {s.found}" if s.status else s.found)
              for s in found if s.found]
     used = {s.submitted_file for s in found} | {str(p) for paths in ambiguous.values() for p in paths}
-    unused = sorted(str(p) for p in folder.notebooks + folder.links + folder.others if str(p) not in used)
+    unused = sorted(str(p) for p in folder.notebooks + folder.links + folder.others
+                    if str(p) not in used and not (len(p.parts) == 2 and p.name == TIMESTAMP_FILE))  # grader/term.py
     if unused:
         notes.append(f"{student}: {_plural(len(unused), 'file')} not part of any graded notebook, ignored: "
                      f"{_listing(unused)}")

@@ -18,6 +18,7 @@ from course.plot import class_performance, pass_rates, score_distribution, to_pn
 from grader import results
 from grader.export import items_of
 from grader.results import ItemResult, NotebookResult
+from grader.term import LATE, NO_TIME
 
 # Every notebook status the grader knows, in the order the overview lists them (those another version
 # of results.py lacks are skipped; a status seen in the results but not listed here comes last).
@@ -70,7 +71,9 @@ class StatusCount:
 
     @property
     def problem(self) -> bool:
-        return self.status != results.OK
+        """Needs a TA: a notebook that was submitted and could not be graded normally (missing ones are counted
+        apart, and only for assignments that are due or were asked for)."""
+        return self.status not in (results.OK, results.MISSING)
 
 
 @dataclass
@@ -181,10 +184,17 @@ class Overview:
     devices: list[str]
     sandboxes: Counter
     score_plot: str = ""
+    late: list[Link] = field(default_factory=list)  # late notebooks, with their penalty
+    untimed: list[Link] = field(default_factory=list)  # due, submitted, without a usable submission time
+    late_points: float = 0.0  # taken off over the class
 
     @property
     def problems(self) -> int:
         return sum(s.count for s in self.statuses if s.problem)
+
+    @property
+    def missing(self) -> int:
+        return sum(s.count for s in self.statuses if s.status == results.MISSING)
 
     @property
     def unsandboxed(self) -> int:
@@ -318,4 +328,9 @@ def build(all_results: list[NotebookResult], link: Callable[[NotebookResult], st
         performance_pending=waiting, pending_points=pending_total,
         provisional_notebooks=sum(any(i.provisional for i in r.items) for r in all_results),
         devices=sorted({r.device for r in all_results if r.device}),
-        sandboxes=Counter(r.sandbox or "unknown" for r in all_results), score_plot=score_plot)
+        sandboxes=Counter(r.sandbox or "unknown" for r in all_results), score_plot=score_plot,
+        late=[Link(f"{student_label(r)}: {notebook_key(r)}", link(r), f"-{r.late_penalty:g} points; {r.late_note}")
+              for r in all_results if r.late_status == LATE],
+        untimed=[Link(f"{student_label(r)}: {notebook_key(r)}", link(r), r.late_note)
+                 for r in all_results if r.late_status == NO_TIME],
+        late_points=sum(r.late_penalty for r in all_results))

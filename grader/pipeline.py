@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import nbformat
@@ -42,7 +42,7 @@ from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
 from course.plan import NOMINAL_TARGET
-from grader import GRADER_VERSION, gpu_idle, gpu_nodes, gradebook, judge, results, sandbox, score, watchdog
+from grader import GRADER_VERSION, gpu_idle, gpu_nodes, gradebook, judge, results, sandbox, score, term, watchdog
 from grader.compile_ttgir import compile_built
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
 from grader.gpu_gate import GpuGate, Pausable
@@ -104,6 +104,8 @@ class Settings:
     # more paths no sandboxed run may see, besides the solutions, the class and OUT (a Slurm task: the whole class
     # and the head's OUT, which hold the other tasks' students)
     hide: tuple[str, ...] = ()
+    assignments: tuple[str, ...] = ()  # grade only these (a TA's week); empty: those any student has a folder for
+    not_due: tuple[str, ...] = ()  # not due yet (the term file): their absent notebooks are not missing
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -735,7 +737,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     notebooks = course_notebooks()
     url = gradebook.db_url(out)
     gradebook.register(url, notebooks)
-    submissions, problems = find_submissions(submissions_root)
+    submissions, problems = find_submissions(submissions_root, settings.assignments, settings.not_due)
     for problem in problems:
         log(f"note: {problem}")
     if not submissions:
@@ -849,6 +851,10 @@ def record_result(out: Path, submission: Submission, result: NotebookResult, not
     url = gradebook.db_url(out)
     result.student_id, result.submitted_file = submission.student_id, submission.submitted_file
     result.found = submission.found
+    if submission.path is not None:
+        student_dir = submission.path.parents[len(PurePosixPath(submission.submitted_file).parts) - 1]
+        result.timestamp_txt, result.file_mtime = term.submission_times(student_dir, submission.assignment,
+                                                                         submission.path)
     _name_student(url, result)
     gradebook.record(url, replace(result, student=result.student_id), notebook, book)
     results.write_json_atomic(result_path(out, submission), result.to_json())

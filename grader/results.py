@@ -74,6 +74,13 @@ class NotebookResult:
     # output (or of the run's log), cleaned of terminal colour codes and at most 40 lines.
     stopped_at: str = ""
     failure_tail: str = ""
+    # When it was submitted, as grading found it (grader/term.py): ISO UTC, "" when absent, "unreadable: ..."
+    timestamp_txt: str = ""  # from timestamp.txt in the student's assignment folder
+    file_mtime: str = ""  # the notebook file's modification time
+    # Set from the term file each time reports are written (never stored as a grade): see grader/term.py.
+    late_status: str = ""
+    late_penalty: float = 0.0  # points taken off the raw score
+    late_note: str = ""
 
     def __post_init__(self) -> None:
         if not self.student_id:
@@ -97,6 +104,11 @@ class NotebookResult:
     @property
     def score(self) -> float:
         return sum(i.score or 0.0 for i in self.items)
+
+    @property
+    def final_score(self) -> float:
+        """The raw score less the late penalty."""
+        return max(0.0, self.score - self.late_penalty)
 
     @property
     def max_score(self) -> float:

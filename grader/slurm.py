@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,22 +111,24 @@ def queued(job: str) -> int | None:
     return len(done.stdout.split()) if done.returncode == 0 else None
 
 
-def finished(folder: Path) -> bool:
-    """The task's grade ran to its end and left a result for every notebook of its students."""
+def finished(folder: Path, assignments: Collection[str] = ()) -> bool:
+    """The task's grade ran to its end and left a result for every notebook of its students (of ``assignments``,
+    when the run grades only those)."""
     marker = folder / FINISHED
     if not marker.is_file() or marker.read_text().strip() not in ("0", "1"):
         return False
-    submissions, _ = find_submissions(folder / "submissions")
+    submissions, _ = find_submissions(folder / "submissions", assignments)
     return all(result_path(folder / "out", s).is_file() for s in submissions)
 
 
-def wait(job: str, folders: list[Path], poll: float, description: str, squeue_failures: int = 60) -> None:
+def wait(job: str, folders: list[Path], poll: float, description: str, squeue_failures: int = 60,
+         assignments: Collection[str] = ()) -> None:
     """Until Slurm lists none of the job's tasks. A failing squeue is asked again (a task that may still run is
     never submitted twice at once); ``squeue_failures`` failures in a row end the wait with SlurmError."""
     failures = 0
     with tqdm(total=len(folders), desc=description, unit="task") as bar:
         while True:
-            count = sum(finished(f) for f in folders)
+            count = sum(finished(f, assignments) for f in folders)
             bar.update(count - bar.n)
             listed = queued(job)
             if listed == 0:
@@ -142,7 +144,7 @@ def gather(out: Path, folders: list[Path], failed: dict[int, str], settings: Set
     gradebook.register(gradebook.db_url(out), course_notebooks())
     with Gradebook(gradebook.db_url(out)) as book:
         for index, folder in enumerate(folders):
-            submissions, _ = find_submissions(folder / "submissions")
+            submissions, _ = find_submissions(folder / "submissions", settings.assignments, settings.not_due)
             for submission in submissions:
                 source = result_path(folder / "out", submission)
                 notebook = None
@@ -171,20 +173,22 @@ def grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, s
     script_path.write_text(script(work, [*grade_args, *hidden], options), encoding="utf-8")
     stopped = ""
     for attempt in (1, 2):
-        pending = [i for i, folder in enumerate(folders) if not finished(folder)]
+        pending = [i for i, folder in enumerate(folders) if not finished(folder, settings.assignments)]
         if not pending:
             break
         try:
             job = submit(script_path, pending)
             log(f"Slurm job {job}: {len(pending)} task(s)" + (" submitted again (they did not finish the first "
                                                                "time)" if attempt == 2 else ""))
-            wait(job, [folders[i] for i in pending], options.poll_seconds, f"Slurm job {job}")
+            wait(job, [folders[i] for i in pending], options.poll_seconds, f"Slurm job {job}",
+                 assignments=settings.assignments)
         except SlurmError as error:
             if attempt == 1 and len(pending) == len(folders):
                 raise  # nothing ran: the TA's error, said once
             stopped = f"; then {error}"  # what finished is kept; the rest is said below
             break
-    failed = {i: _why(folder, work) + stopped for i, folder in enumerate(folders) if not finished(folder)}
+    failed = {i: _why(folder, work) + stopped for i, folder in enumerate(folders)
+              if not finished(folder, settings.assignments)}
     for index, why in failed.items():
         log(f"GRADER ERROR: Slurm task {index} did not finish twice: {why}")
     return gather(out, folders, failed, settings)

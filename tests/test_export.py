@@ -74,7 +74,8 @@ def test_the_wide_table_has_one_row_per_student_and_one_column_per_notebook(tmp_
     rows = _read(written.wide)
     with written.wide.open(encoding="utf-8", newline="") as f:
         header = next(csv.reader(f))
-    assert header == ["student", "student_id", "week1/day7_fast_matmul", "week2/day1_profiling", "total"]
+    assert header == ["student", "student_id", "week1/day7_fast_matmul", "week2/day1_profiling", "raw_total",
+                      "late_penalty", "total"]
     assert [r["student"] for r in rows] == ["-dash", "john smith", "zoë"]  # the folder names as given
     by = {r["student"]: r for r in rows}
     assert by["john smith"]["student_id"] == safe_id("john smith") != "john smith"
@@ -108,5 +109,6 @@ def test_nbgrader_export_in_out_is_pointed_away_from_grades_csv(tmp_path):
     written = export([_full_marks_on_a_cpu("alice")], tmp_path)
     config = written.nbgrader_config.read_text(encoding="utf-8")
     assert 'c.CourseDirectory.db_url = "sqlite:///gradebook.db"' in config
-    assert f'c.CsvExportPlugin.to = "{NBGRADER_CSV}"' in config and NBGRADER_CSV != GRADES_CSV
+    # on ExportPlugin, the trait `nbgrader export --to FILE` sets (tests/test_term.py runs it)
+    assert f'c.ExportPlugin.to = "{NBGRADER_CSV}"' in config and NBGRADER_CSV != GRADES_CSV
     assert {p.name for p in written} == {"grades.csv", "students.csv", "grades-wide.csv", "nbgrader_config.py"}
