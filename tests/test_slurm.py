@@ -51,8 +51,11 @@ def test_hidden_paths_reach_the_grading_settings():
 
 def test_only_options_away_from_their_defaults_are_forwarded():
     args = cli.parser().parse_args(["grade", "subs", "--device", "cpu", "--seed", "9", "--no-sandbox",
-                                    "--executor", "slurm", "--runs", "3"])
-    assert cli._forwarded(args) == ["--device", "cpu", "--runs", "3", "--seed", "9", "--no-sandbox"]
+                                    "--executor", "slurm", "--runs", "3", "--assignment", "week1",
+                                    "--term", "term.toml"])
+    # each task grades the week asked for; the term is the head's alone (it applies it to the gathered grades)
+    assert cli._forwarded(args) == ["--assignment", "week1", "--device", "cpu", "--runs", "3", "--seed", "9",
+                                    "--no-sandbox"]
 
 
 def test_a_failing_squeue_is_asked_again_and_never_read_as_an_empty_queue(tmp_path, monkeypatch):
@@ -174,3 +177,18 @@ def test_slurm_failing_after_some_tasks_ran_keeps_their_grades_and_names_the_err
     mine = [r for r in results if r.student == student]
     assert mine and all(r.status == GRADER_ERROR and "the partition is down" in r.message for r in mine)
     assert all(r.status != GRADER_ERROR for r in results if r.student != student)
+
+
+def test_a_task_of_a_week_is_finished_with_that_weeks_results(tmp_path):
+    """With --assignment (make WEEK=), a task leaves results only for that week: finished, not waited on forever."""
+    folder = tmp_path / "task-0"
+    for key in (DAY1, "week2/day1_profiling"):
+        path = folder / "submissions" / "ann" / f"{key}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    (folder / slurm.FINISHED).write_text("0")
+    week1, _ = slurm.find_submissions(folder / "submissions", ("week1",))
+    for submission in week1:
+        slurm.result_path(folder / "out", submission).parent.mkdir(parents=True, exist_ok=True)
+        slurm.result_path(folder / "out", submission).write_text("{}")
+    assert slurm.finished(folder, ("week1",)) and not slurm.finished(folder)
