@@ -10,6 +10,6 @@ __version__ = "0.1.0"
 
 device.configure()
 
-from course import bench, check, cuda, grading, guard, plot, record, spec  # noqa: E402
+from course import answers, bench, check, cuda, grading, guard, plot, record, spec  # noqa: E402
 
-__all__ = ["bench", "check", "cuda", "device", "grading", "guard", "plot", "record", "spec", "__version__"]
+__all__ = ["answers", "bench", "check", "cuda", "device", "grading", "guard", "plot", "record", "spec", "__version__"]

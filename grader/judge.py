@@ -197,6 +197,8 @@ def decode_answer(data: Any, arrays: Path) -> Any:
         return data["value"]
     if "float" in data and data["float"] in ("nan", "inf", "-inf"):
         return float(data["float"])
+    if data.get("ellipsis") is True:
+        return ...
     if isinstance(data.get("list"), list):
         return [decode_answer(v, arrays) for v in data["list"]]
     if isinstance(data.get("tuple"), list):

@@ -8,7 +8,11 @@ regenerate the student notebooks and compare them with the committed ones.
 
 from __future__ import annotations
 
+import ast
+import re
+import textwrap
 from pathlib import Path
+from typing import Any
 
 import nbformat
 from nbconvert.preprocessors import Preprocessor
@@ -22,12 +26,64 @@ from nbgrader.preprocessors import (
     ComputeChecksums,
     LockCells,
 )
+from nbgrader.utils import is_solution
 
+from course import answers
 from grader.layout import CourseNotebook, course_notebooks
 
 NBFORMAT_VERSION = 4
 HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"  # matched as nbgrader's ClearHiddenTests matches it
 HIDDEN_DEFAULT_NOTE = "the grader checks the value of your answer"
+
+
+class ClearSolutionsAndAnswers(ClearSolutions):
+    """nbgrader's ClearSolutions, except that a region assigning one quiz answer becomes that answer's stub line.
+
+    nbgrader replaces a whole solution cell with its stub when no region is left in it, so the answer regions
+    are rewritten here, in the same pass, rather than before it.
+    """
+
+    def preprocess_cell(self, cell: NotebookNode, resources: dict[str, Any], cell_index: int
+                        ) -> tuple[NotebookNode, dict[str, Any]]:
+        where = resources["nbgrader"]
+        quiz = {answer.name for answer in answers.QUIZZES.get(f"{where['assignment']}/{where['notebook']}", ())}
+        if quiz and cell.cell_type == "code" and is_solution(cell):
+            stubbed, answered = self._stub_regions(cell.source, self.code_stub[resources["language"]], quiz)
+            if answered:
+                cell.source = stubbed
+                return cell, resources
+        return super().preprocess_cell(cell, resources, cell_index)
+
+    def _stub_regions(self, source: str, code_stub: str, quiz: set[str]) -> tuple[str, bool]:
+        """``source`` with every region stubbed, and whether one of them assigned an answer of ``quiz``."""
+        lines, region, indent, answered = [], None, "", False
+        for line in source.split("\n"):
+            if self.begin_solution_delimeter in line:
+                region, indent = [], re.match(r"\s*", line).group(0)
+            elif self.end_solution_delimeter in line and region is not None:
+                name = _answer_name("\n".join(region), quiz)
+                answered |= name is not None
+                stub = answers.stub_line(name) if name else code_stub
+                lines += [indent + stub_line for stub_line in stub.split("\n")]
+                region = None
+            elif region is not None:
+                region.append(line)
+            else:
+                lines.append(line)
+        return "\n".join(lines), answered and region is None
+
+
+def _answer_name(region: str, quiz: set[str]) -> str | None:
+    """The answer of ``quiz`` a solution region assigns (``name = <expression>``, nothing else), or None."""
+    try:
+        body = ast.parse(textwrap.dedent(region)).body
+    except SyntaxError:
+        return None
+    if len(body) == 1 and isinstance(body[0], ast.Assign) and len(body[0].targets) == 1:
+        target = body[0].targets[0]
+        if isinstance(target, ast.Name) and target.id in quiz:
+            return target.id
+    return None
 
 
 def _apply(preprocessors: list[Preprocessor], nb: NotebookNode, notebook: CourseNotebook) -> NotebookNode:
@@ -44,7 +100,7 @@ def read(path: Path) -> NotebookNode:
 def master_version(notebook: CourseNotebook) -> NotebookNode:
     """The instructor's master copy: stubs in the solution regions, hidden tests kept."""
     nb = read(notebook.solution_path)
-    return _apply([LockCells(), ClearSolutions(), ClearOutput(), CheckCellMetadata(), ComputeChecksums()],
+    return _apply([LockCells(), ClearSolutionsAndAnswers(), ClearOutput(), CheckCellMetadata(), ComputeChecksums()],
                   nb, notebook)
 
 
