@@ -4,13 +4,18 @@ A copy of the notebook runs in a fresh kernel, so your file is left as it is. Th
 you see: the visible tests. Hidden tests and the performance items are decided by the grader, on its
 GPU, and the total says how many points depend on them.
 
+On the CPU, a kernel's test may also print a warning about a known difference between Triton's interpreter
+and a GPU (``course.divergence``); the check repeats it under the item whose test cell printed it.
+
 Exit status: 0 when every visible test passed, 1 when one failed or is still a stub, 2 when the file
-could not be checked at all.
+could not be checked at all. A GPU warning alone does not change it: the warning comes from reading the
+kernel's source, and a kernel it flags may still be right.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -21,6 +26,9 @@ from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
+
+from course.answers import NOT_ANSWERED
+from course.divergence import RULES
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL_NAME = "gpu-kernels-course"
@@ -44,6 +52,8 @@ class Verdict:
     ok: bool  # nothing visible failed or is missing
     visible: bool  # the visible tests alone decide these points
     details: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # interpreter/GPU divergence warnings its test cell printed
+    checked_in_part: bool = False  # a visible check passed; hidden tests decide the points
 
 
 def read_notebook(path: Path) -> NotebookNode:
@@ -120,6 +130,8 @@ def judge(nb: NotebookNode, on_gpu: bool, not_run: dict[int, str] | None = None)
             text, ok = STILL_A_STUB + (f" ({stub} above)" if stub else ""), False
         elif perf and not on_gpu:
             text, ok = "pending a GPU run", True
+        elif error is not None and error.ename == "AssertionError" and f": {NOT_ANSWERED}" in error.evalue:
+            text, ok = NOT_ANSWERED, False
         elif error is not None:
             lines = [line for line in error.evalue.splitlines() if line.strip()] or [""]
             text, ok = f"failed: {error.ename}: {lines[0]}" if lines[0] else f"failed: {error.ename}", False
@@ -151,12 +163,63 @@ def other_errors(nb: NotebookNode) -> list[str]:
     return lines
 
 
+_WARNING = re.compile(r"^\s*(\[(?P<code>[\w-]+)\] .+)$")
+_FIX = re.compile(r"^\s*Fix: (.+)$")
+
+
+def printed_warnings(cell: NotebookNode) -> tuple[str, ...]:
+    """The divergence warnings (``course.divergence.report``) in a cell's output, each with its fix, once each."""
+    found: list[str] = []
+    for line in "".join(out.text for out in cell.get("outputs", []) if out.output_type == "stream").splitlines():
+        warning, fix = _WARNING.match(line), _FIX.match(line)
+        if warning and warning["code"] in RULES:
+            found.append(f"GPU warning: {warning[1]}")
+        elif fix and found and "\n" not in found[-1]:  # the fix of the warning just above
+            found[-1] += f"\n  fix: {fix[1]}"
+    return tuple(dict.fromkeys(found))
+
+
+def annotate(nb: NotebookNode, verdicts: list[Verdict]) -> list[Verdict]:
+    """The verdicts with the warnings their test cells printed, and whether hidden tests decide what passed.
+
+    A warning is shown under the graded cell that printed it: the test that ran the kernel. Ungraded cells
+    run only the course's own kernels (Day 6's divergence demo), so their warnings are not repeated.
+    """
+    hidden = nb.metadata.get("course", {}).get("hidden_tests", {})
+    cells = {_nbgrader(c).get("grade_id", f"cell {i}"): c for i, c in enumerate(nb.cells)
+             if c.cell_type == "code" and _nbgrader(c).get("grade")}
+    annotated = []
+    for v in verdicts:
+        cell = cells.get(v.grade_id)
+        in_part = (v.ok and not v.visible and v.grade_id in hidden and not v.grade_id.startswith(PERF_PREFIX)
+                   and cell is not None and _has_code(cell.source))
+        warnings = printed_warnings(cell) if cell is not None else ()
+        text = f"{v.text}; see the GPU warning below" if warnings else v.text
+        annotated.append(dataclasses.replace(v, text=text, warnings=warnings, checked_in_part=in_part))
+    return annotated
+
+
+def exit_status(verdicts: list[Verdict]) -> int:
+    return EXIT_OK if all(v.ok for v in verdicts) else EXIT_FAILED
+
+
 def total_line(verdicts: list[Verdict]) -> str:
-    shown = sum(v.points for v in verdicts if v.visible)
-    earned = sum(v.points for v in verdicts if v.visible and v.ok)
-    grader_only = sum(v.points for v in verdicts if not v.visible)
-    return (f"visible: {earned:g} of {shown:g} points; {grader_only:g} more points are decided only by the "
-            "grader (hidden tests, performance on its GPU)")
+    """The points, by what decided them here; the failed line is never left out, as it sets the exit status."""
+    failed = [v for v in verdicts if not v.ok]
+    items = f" ({len(failed)} item{'s' if len(failed) != 1 else ''})" if failed else ""
+    rows = [
+        (sum(v.points for v in verdicts if v.ok and v.visible),
+         "passed the visible tests; the grader runs them again on its GPU", False),
+        (sum(v.points for v in verdicts if v.checked_in_part),
+         "passed a visible check of form only (an answer's type, not its value); hidden tests decide them", False),
+        (sum(v.points for v in failed), f"failed here, or are unfinished or not run{items}", True),
+        (sum(v.points for v in verdicts if v.ok and not v.visible and not v.checked_in_part),
+         "are decided only by the grader (hidden tests, speed on its GPU)", False),
+    ]
+    total = sum(v.points for v in verdicts)
+    lines = [f"Of {total:g} points:"]
+    lines += [f"  {points:>4g}  {text}" for points, text, always in rows if points or always]
+    return "\n".join(lines)
 
 
 def _kernel_name() -> str:
@@ -243,19 +306,23 @@ def main(argv: list[str] | None = None) -> int:
     except Unusable as error:
         print(f"cannot check: {error}", file=sys.stderr)
         return EXIT_UNUSABLE
-    verdicts = judge(nb, on_gpu=device == "gpu", not_run=not_run)
+    verdicts = annotate(nb, judge(nb, on_gpu=device == "gpu", not_run=not_run))
     width = max(len(v.grade_id) for v in verdicts)
     print()
     for v in verdicts:
         print(f"  {v.grade_id:<{width}}  {v.points:>3g} pt{'s' if v.points != 1 else ' '}  {v.text}")
-        for line in v.details:
+        for line in (*v.details, *"\n".join(v.warnings).splitlines()):
             print(f"  {'':<{width}}         {line}")
     others = other_errors(nb)
     if others:
         print("\nOther cells that raised an error:")
         print("\n".join(others))
     print("\n" + total_line(verdicts))
-    return EXIT_OK if all(v.ok for v in verdicts) else EXIT_FAILED
+    warned = sum(len(v.warnings) for v in verdicts)
+    if warned:
+        print(f"\n{warned} GPU warning{'s' if warned != 1 else ''} above: the interpreter cannot show these "
+              "differences from a GPU, so the grader's GPU run may fail a test that passed here.")
+    return exit_status(verdicts)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """The student bundle: the course exactly as students receive it (``make student-bundle``).
 
-It is assembled from an allow-list: the released notebooks of each week, the ``course`` package, what
+It is assembled from an allow-list: the released notebooks of each week, with a README per week written
+here for students (the repository's week READMEs are notes for authors), the ``course`` package, what
 ``make setup`` needs, and the student README and Makefile from ``student/``. Solutions, hidden tests,
 the grader, the tests and the examples never go in. After writing, every file is scanned for each
 line of every solution and hidden test; a bundle holding one is deleted and the build fails.
@@ -24,6 +25,8 @@ MARKER = ".student-bundle"  # marks a folder this module wrote, so it may be rep
 MIN_SECRET_CHARS = 8  # shorter lines ("pass", "return c", ")") are not evidence of a leak
 _SECRET_BLOCKS = (("BEGIN SOLUTION", "END SOLUTION"), ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS"))
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+_WEEK_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*", "*.md")
+_TITLE = re.compile(r"^#\s+Week\s+\d+,\s*([^:]+):\s*(.+)$")
 
 
 class BundleError(Exception):
@@ -88,6 +91,21 @@ def student_pyproject(text: str) -> str:
     return edited
 
 
+def week_readme(week: Path) -> str:
+    """A week's README for students: its notebooks, each with the title of its first heading."""
+    number = week.name.removeprefix("week")
+    lines = [f"# Week {number}", "",
+             "One notebook per day, in this order. To check one, run `make check NB=" + week.name + "/<notebook>`",
+             "in the folder above (its README says more).", ""]
+    for notebook in sorted(week.glob("*.ipynb"), key=lambda p: (p.name.startswith("bonus"), p.name)):
+        first = release.read(notebook).cells[0].source.splitlines()[0]
+        title = _TITLE.match(first)
+        day = title[1].strip().capitalize() if title else ""
+        what = f"{day}, `{notebook.name}`: {title[2]}" if title else f"`{notebook.name}`"
+        lines.append(f"- {what}")
+    return "\n".join(lines) + "\n"
+
+
 def _prepare(destination: Path) -> None:
     if destination.exists() and (not destination.is_dir() or any(destination.iterdir())):
         if not (destination / MARKER).is_file():
@@ -104,7 +122,8 @@ def build(destination: Path = DEFAULT_DEST) -> list[Path]:
     destination = destination.resolve()
     _prepare(destination)
     for week in sorted(p for p in REPO.glob("week*") if p.is_dir()):
-        shutil.copytree(week, destination / week.name, ignore=_SKIP)
+        shutil.copytree(week, destination / week.name, ignore=_WEEK_SKIP)
+        (destination / week.name / "README.md").write_text(week_readme(week), encoding="utf-8")
     shutil.copytree(REPO / "course", destination / "course", ignore=_SKIP)
     shutil.copytree(REPO / "requirements", destination / "requirements", ignore=_SKIP)
     shutil.copy(REPO / "environment.yml", destination / "environment.yml")

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
-from grader import bundle
-from grader.layout import REPO
+from grader import bundle, release
+from grader.demo import FROM_SOLUTION, fill
+from grader.layout import REPO, course_notebooks
 
 SHORT = 8  # shorter lines ("pass", ")") prove nothing
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 EXPECTED = ["README.md", "Makefile", "environment.yml", "pyproject.toml", "requirements/base.txt",
             "requirements/constraints.txt", "requirements/torch-cpu.txt", "course/__init__.py",
             "course/selfcheck.py", "course/exercises/matmul_fp32.py", "week1/day7_fast_matmul.ipynb",
-            "week2/README.md", ".github/workflows/autograde.yml"]
+            "week1/README.md", "week2/README.md", ".github/workflows/autograde.yml"]
 FORBIDDEN = ["solutions", "grader", "tests", "examples", "bench", ".ci", "student", "build"]
 
 
@@ -169,4 +172,94 @@ def test_the_students_check_runs_from_the_bundle(built: Path):
     done = subprocess.run([sys.executable, "-m", "course.selfcheck", "week1/day7_fast_matmul.ipynb"], cwd=built,
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr  # the shipped notebook holds stubs
-    assert "not graded yet: still a stub" in done.stdout and "visible: 0 of 2 points" in done.stdout
+    assert "not graded yet: still a stub" in done.stdout
+    assert "     9  failed here, or are unfinished or not run (6 items)" in done.stdout
+
+
+AUTHOR_PHRASES = ("make release", "solutions/", "student-bundle")
+MADE_BY_SETUP = {".venv"}  # `make setup` creates it in the student's copy
+_PATH = re.compile(r"(?<![\w./-])((?:\.?[\w-]+/)+[\w.-]*[\w/])")
+
+
+def prose(folder: Path) -> dict[str, str]:
+    """What a student reads as text: Markdown files and the notebooks' Markdown cells."""
+    found = {str(p.relative_to(folder)): p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*.md"))}
+    for path in sorted(folder.rglob("*.ipynb")):
+        cells = release.read(path).cells
+        found.update({f"{path.relative_to(folder)} (cell {i})": c.source for i, c in enumerate(cells)
+                      if c.cell_type == "markdown"})
+    return found
+
+
+def unshipped_references(folder: Path) -> list[str]:
+    """Paths into the repository that ``folder`` lacks, unless the text names them as online; author phrases."""
+    top = {p.name for p in REPO.iterdir()} - MADE_BY_SETUP
+    found = []
+    for name, text in prose(folder).items():
+        for match in _PATH.finditer(text):
+            path = match[1]
+            online = "online" in text[match.end():match.end() + 80]
+            if path.split("/")[0] in top and not (folder / path).exists() and not online:
+                found.append(f"{name}: {path}")
+        found += [f"{name}: {phrase!r}" for phrase in AUTHOR_PHRASES if phrase in text]
+    return found
+
+
+def test_every_text_is_for_students_and_cites_what_it_ships(built: Path):
+    assert unshipped_references(built) == []
+
+
+def test_the_scan_finds_an_author_note_and_a_path_left_behind(built: Path, tmp_path: Path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(built, copy)
+    (copy / "week1" / "NOTES.md").write_text("Generated from `solutions/week1/` by `make release`; results in\n"
+                                            "bench/RESULTS.md. Setup makes `.venv/bin/jupyter`; see course/check.py.\n")
+    assert [f for f in unshipped_references(copy) if f.startswith("week1/NOTES.md")] == [
+        "week1/NOTES.md: solutions/week1/", "week1/NOTES.md: bench/RESULTS.md",
+                                          "week1/NOTES.md: 'make release'", "week1/NOTES.md: 'solutions/'"]
+
+
+def test_each_week_has_a_readme_for_students(built: Path):
+    for week in ("week1", "week2"):
+        readme = (built / week / "README.md").read_text(encoding="utf-8")
+        listed = re.findall(r"`(\w+\.ipynb)`", readme)
+        assert listed and sorted(listed) == sorted(p.name for p in (built / week).glob("*.ipynb"))
+        assert f"make check NB={week}/<notebook>" in readme
+
+
+MASKED_LOAD = "tl.load(x_ptr + offsets, mask=inside)"
+
+
+def unmasked_copy() -> nbformat.NotebookNode:
+    """Week 1 Day 5 as a student finished it, but with the mask dropped from the copy kernel's load."""
+    notebook = next(nb for nb in course_notebooks() if nb.key == "week1/day5_memory")
+    source = next(c.source for c in release.read(notebook.solution_path).cells
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == "copy_kernel")
+    assert MASKED_LOAD in source
+    return fill(notebook, {FROM_SOLUTION: "", "copy_kernel": source.replace(MASKED_LOAD, "tl.load(x_ptr + offsets)")})
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_check_shows_a_gpu_warning_under_the_item_that_ran_the_kernel(built: Path, tmp_path: Path):
+    # A stand-in for what `make setup` makes: this interpreter, and the setup marked done.
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (venv / "bin" / "python").chmod(0o755)
+    (venv / ".setup-done").touch()
+    path = tmp_path / "day5_memory.ipynb"
+    nbformat.write(unmasked_copy(), str(path))
+    done = subprocess.run(["make", "check", f"NB={path}", f"VENV={venv}", "DEVICE=cpu"], cwd=built,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr  # a warning alone does not fail the check
+    assert "-m course.selfcheck" in done.stdout
+    lines = done.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["test_copy_visible"])
+    assert lines[at].endswith("passed (visible tests); see the GPU warning below")
+    assert lines[at + 1].split()[:3] == ["GPU", "warning:", "[unchecked-address]"]
+    assert "copy_kernel" in lines[at + 1] and "tl.load" in lines[at + 1]
+    assert lines[at + 2].split()[:2] == ["fix:", "mask"]
+    assert lines[at + 3].split()[0] == "test_copy_hidden"
+    # every_kth's kernel masks its load: the only warning is the copy's
+    assert done.stdout.count("GPU warning:") == 1 and "1 GPU warning above" in done.stdout

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course import selfcheck
+from course import divergence, selfcheck
 from grader import release
 from grader.demo import DEMO_CLASS, fill, parse_answers
 from grader.layout import REPO, course_notebooks
@@ -70,13 +70,20 @@ def test_verdicts_on_a_gpu_preview_the_speed_and_quote_failures():
         new("error", ename="NameError", evalue="name 'perf' is not defined", traceback=[])]
     cell(nb, "test_a_reads").outputs = [
         new("error", ename="AssertionError", evalue="a_reads_per_element should be an int\nmore", traceback=[])]
-    verdicts = {v.grade_id: v for v in selfcheck.judge(nb, on_gpu=True)}
+    verdicts = {v.grade_id: v for v in selfcheck.annotate(nb, selfcheck.judge(nb, on_gpu=True))}
     assert verdicts["perf_w1d7_matmul_fp32_floor"].text == "preview: perf_w1d7_matmul_fp32_floor: 41000 GFLOP/s"
     assert verdicts["perf_w1d7_matmul_fp32_vs_reference"].text.startswith("failed: NameError")
     assert verdicts["test_a_reads"].text == "failed: AssertionError: a_reads_per_element should be an int"
     assert verdicts["test_a_reads"].details == ("more",)
     assert verdicts["test_matmul_visible"].text == "passed (visible tests)"
-    assert selfcheck.total_line(list(verdicts.values())).startswith("visible: 2 of 2 points; 12 more points")
+    # test_a_reads has hidden tests too, and its visible part failed: it counts as failed, beside the NameError.
+    assert selfcheck.total_line(list(verdicts.values())).splitlines() == [
+        "Of 14 points:",
+        "     2  passed the visible tests; the grader runs them again on its GPU",
+        "     3  passed a visible check of form only (an answer's type, not its value); hidden tests decide them",
+        "     3  failed here, or are unfinished or not run (2 items)",
+        "     6  are decided only by the grader (hidden tests, speed on its GPU)"]
+    assert selfcheck.exit_status(list(verdicts.values())) == selfcheck.EXIT_FAILED
 
 
 def test_on_a_gpu_the_speed_of_a_stub_is_not_previewed():
@@ -104,10 +111,13 @@ def test_an_unusable_file_exits_2_with_a_message(tmp_path: Path, content: str | 
 def test_the_shipped_stub_is_not_graded_yet():
     done = run_check(NOTEBOOK.student_path)
     assert done.returncode == 1, done.stdout + done.stderr
-    for grade_id in KERNEL_TESTS + ANSWER_TESTS:
+    for grade_id in KERNEL_TESTS:
         assert verdict_of(done.stdout, grade_id).startswith("not graded yet: still a stub")
+    for grade_id in ANSWER_TESTS:
+        assert verdict_of(done.stdout, grade_id) == "not answered yet"
     assert verdict_of(done.stdout, "perf_w1d7_matmul_fp32_floor") == "pending a GPU run"
-    assert "visible: 0 of 2 points; 12 more points are decided only by the grader" in done.stdout
+    assert "     9  failed here, or are unfinished or not run (6 items)\n" in done.stdout
+    assert "     5  are decided only by the grader" in done.stdout and "passed" not in done.stdout
     assert_never_ok(done.stdout)
 
 
@@ -126,7 +136,8 @@ def test_a_jupyter_copy_of_a_finished_notebook_passes_its_visible_tests(tmp_path
         assert verdict_of(done.stdout, grade_id) == ("visible part passed; the grader also runs hidden tests: "
                                                      "the grader checks the value of your answer")
     assert verdict_of(done.stdout, "perf_w1d7_matmul_fp32_vs_cublas") == "pending a GPU run"
-    assert "visible: 2 of 2 points; 12 more points" in done.stdout
+    assert "     2  passed the visible tests" in done.stdout and "     4  passed a visible check of form" in done.stdout
+    assert "     0  failed here, or are unfinished or not run\n" in done.stdout
     assert path.read_bytes() == before, "the student's file must not change"
 
 
@@ -143,3 +154,51 @@ def test_a_cell_that_runs_too_long_is_stopped_and_the_rest_reported(tmp_path: Pa
     assert verdict_of(done.stdout, "test_slow").startswith("failed: CellTimeoutError: this cell ran longer than 2 s")
     assert verdict_of(done.stdout, "test_after").startswith("not run: CellTimeoutError in test_slow")
     assert "no course notebook is called mine.ipynb" in done.stdout
+
+
+def graded(grade_id: str, source: str, points: float = 1, printed: str = "") -> nbformat.NotebookNode:
+    cell = nbformat.v4.new_code_cell(source, metadata={"nbgrader": {
+        "grade": True, "grade_id": grade_id, "points": points, "solution": False, "locked": True}})
+    if printed:
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed)]
+    return cell
+
+
+UNMASKED = divergence.report([divergence.Divergence("unchecked-address", "copy_kernel", 7,
+                                                    "tl.load of a block of addresses without a mask")], "copy")
+
+
+def test_a_gpu_warning_is_shown_under_the_graded_cell_that_printed_it():
+    nb = nbformat.v4.new_notebook()
+    demo = nbformat.v4.new_code_cell("run_the_demo()", metadata={"nbgrader": {"grade": False, "grade_id": "demo"}})
+    demo.outputs = [nbformat.v4.new_output("stream", name="stdout", text=UNMASKED)]
+    nb.cells = [demo, graded("test_before", "check(add)"),
+                graded("test_copy_visible", "check(copy)", 2, printed=f"{UNMASKED}\nchecked\n{UNMASKED}\n"),
+                graded("test_after", "check(add)")]
+    verdicts = {v.grade_id: v for v in selfcheck.annotate(nb, selfcheck.judge(nb, on_gpu=False))}
+    assert verdicts["test_copy_visible"].warnings == (
+        "GPU warning: [unchecked-address] copy_kernel, line 7: tl.load of a block of addresses without a mask\n"
+        f"  fix: {divergence.RULES['unchecked-address'].fix}.",)
+    assert verdicts["test_copy_visible"].text == "passed (visible tests); see the GPU warning below"
+    assert verdicts["test_before"].warnings == verdicts["test_after"].warnings == ()
+    assert selfcheck.exit_status(list(verdicts.values())) == selfcheck.EXIT_OK
+
+
+@pytest.mark.slow
+def test_a_failed_visible_part_of_an_item_with_hidden_tests_is_counted_as_failed(tmp_path: Path):
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["course"] = {"hidden_tests": {"test_answer": release.HIDDEN_DEFAULT_NOTE,
+                                              "test_form": release.HIDDEN_DEFAULT_NOTE}}
+    nb.cells = [nbformat.v4.new_code_cell("answer, form = '4', 4"),
+                graded("test_plain", "x = 1"),
+                graded("test_answer", 'assert isinstance(answer, int), "answer: should be an int"', 2),
+                graded("test_form", 'assert isinstance(form, int), "form: should be an int"', 3)]
+    path = tmp_path / "mine.ipynb"
+    nbformat.write(nb, str(path))
+    done = run_check(path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert verdict_of(done.stdout, "test_answer") == "failed: AssertionError: answer: should be an int"
+    assert done.stdout.split("Of 6 points:\n")[1].splitlines() == [
+        "     1  passed the visible tests; the grader runs them again on its GPU",
+        "     3  passed a visible check of form only (an answer's type, not its value); hidden tests decide them",
+        "     2  failed here, or are unfinished or not run (1 item)"]
