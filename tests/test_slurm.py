@@ -85,7 +85,7 @@ def _fake_slurm(monkeypatch, graded: Path, finishes: dict[int, list[bool]]) -> l
         return str(100 + attempt)
 
     monkeypatch.setattr(slurm, "submit", submit)
-    monkeypatch.setattr(slurm, "wait", lambda *args: None)
+    monkeypatch.setattr(slurm, "wait", lambda *args, **kwargs: None)
     return submitted
 
 
