@@ -26,9 +26,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from course import device, record
+from course.dispatch_mode import LazyDynamoDispatchMode
 
 
 class ForbiddenCallError(RuntimeError):
@@ -214,7 +214,7 @@ def _is_host_copy(name: str, args: tuple, kwargs: dict) -> bool:
     return False
 
 
-class _RefuseAtenCalls(TorchDispatchMode):
+class _RefuseAtenCalls(LazyDynamoDispatchMode):
     """Catches what the function-level mode cannot see, e.g. ``torch.ops.aten.mm`` called directly."""
 
     def __init__(self, poison: bool):

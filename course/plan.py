@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from course import descriptors
+from course.dispatch_mode import LazyDynamoDispatchMode
 
 # 2: launches may be CUDA C (a "cuda" entry, course.cuda); 3: Triton arguments may be tensor descriptors
 PLAN_VERSION = 3
@@ -170,7 +170,7 @@ def _storage(tensor: torch.Tensor) -> tuple[int, int]:
     return storage.data_ptr(), storage.nbytes()
 
 
-class _WatchOps(TorchDispatchMode):
+class _WatchOps(LazyDynamoDispatchMode):
     """Notes allocations and fills; any other data op makes the plan unreplayable."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
