@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -220,3 +221,26 @@ def test_a_notebook_without_a_usable_time_is_not_penalised_and_says_why(graded):
     assert row["late_status"] == "no_submission_time" and "not penalised; a TA decides" in row["late_note"]
     index = (out / "index.html").read_text()
     assert 'id="untimed"' in index and "due, without a submission time" in index
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_the_next_week_keeps_this_weeks_grades_and_the_uploads_hold_both(graded):
+    out = _apply(graded, PER_DAY)
+    before = _rows(out / "grades-wide.csv")
+    # week 2, due later: graded into the same OUT (nobody handed it in, so nothing runs)
+    assert cli.main(["grade", str(graded / "subs"), "--out", str(out), "--device", "cpu", "--allow-ungraded",
+                     "--assignment", "week2", "--term", str(graded / "per_day.toml")]) == 0
+    wide, canvas = _rows(out / "grades-wide.csv"), _rows(out / "upload" / "canvas-grades.csv")
+    for student in TIMES:
+        assert wide[student]["week1/day1_host_baseline"] == before[student]["week1/day1_host_baseline"]
+        assert wide[student]["week2/day7_optimized_gemm"] == "0"  # asked for, not handed in: missing, 0
+        assert canvas[student]["week1/day1_host_baseline"] == before[student]["week1/day1_host_baseline"]
+    with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
+        assert gb.find_submission_notebook("day1_host_baseline", "week1", "late").score == \
+            float(before["late"]["raw_total"])
+    with zipfile.ZipFile(out / "upload" / "feedback" / "late.zip") as archive:
+        names = set(archive.namelist())
+    assert {"week1-day1_host_baseline.html", "week2-day7_optimized_gemm.html"} <= names
+    index = (out / "index.html").read_text()
+    assert "missing (not submitted, assignment due)" in index
