@@ -81,17 +81,20 @@ def _is_terminal(stream) -> bool:  # noqa: ANN001
 
 
 def summary_table(all_results: list[NotebookResult]) -> str:
-    """One line per notebook: earned points of the graded maximum, and the points still pending."""
+    """One line per notebook: earned points of the graded maximum, the points still pending, and the late penalty
+    with the final score (when the term takes points off)."""
     from grader.export import items_of
 
-    lines = [f"{'student':<20}{'notebook':<28}{'status':<13}{'earned / graded':>16}{'pending':>9}"]
+    lines = [f"{'student':<20}{'notebook':<34}{'status':<13}{'earned / graded':>16}{'pending':>9}  late"]
     for r in sorted(all_results, key=lambda r: (r.student.casefold(), r.student_id, r.assignment, r.notebook)):
         items = items_of(r)
         earned = sum(i.score or 0.0 for i in items)
         graded = sum(i.max_score for i in items if i.score is not None)
         pending = sum(i.max_score for i in items if i.score is None)
-        lines.append(f"{r.student:<20}{r.assignment + '/' + r.notebook:<28}{r.status:<13}"
-                     f"{earned:>8g} / {graded:<5g}{pending:>9g}")
+        late = f"-{r.late_penalty:g} -> {r.final_score:g}" if r.late_penalty else (
+            "late" if r.late_status == term.LATE else "no time" if r.late_status == term.NO_TIME else "")
+        lines.append(f"{r.student:<20}{r.assignment + '/' + r.notebook:<34}{r.status:<13}"
+                     f"{earned:>8g} / {graded:<5g}{pending:>9g}  {late}".rstrip())
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from nbgrader.api import Gradebook
 
 from grader import cli, demo, term
 from grader.layout import REPO, find_submissions
+from grader.pipeline import load_results
 from grader.results import MISSING
 
 DAY1 = "week1/day1_host_baseline"
@@ -184,6 +185,11 @@ def test_per_day_penalties_reach_the_gradebook_the_csvs_and_the_pages(graded):
     assert "extension of 3 days" in (out / "feedback" / "extended" / "week1-day1_host_baseline.html").read_text()
     index = (out / "index.html").read_text()
     assert 'id="late-list"' in index and "2 late notebooks" in index
+    stored = load_results(out)
+    term.apply(stored, term.load(graded / "applied.toml"))
+    [line] = [line for line in cli.summary_table(stored).splitlines()
+              if line.startswith("late ") and "day1_host_baseline" in line]
+    assert line.endswith(f"-{0.2 * raw:g} -> {0.8 * raw:g}")  # the console's table too
     # nbgrader's own export, with --to (the config written in OUT once made nbgrader ignore it)
     exported = subprocess.run([sys.executable, "-m", "nbgrader", "export", "--to", "mine.csv"], cwd=out,
                               capture_output=True, text=True)
