@@ -14,7 +14,9 @@ under one condition at a time, in rounds, so drift over the session shows up as 
   stops runs), and the measurement starts once NVML reads the GPU idle twice (the gate's drain);
 - ``cpu_load``: one busy Python loop per CPU but two, no other GPU work.
 
-Prints one row per condition: the median over rounds of each shape's time and its difference from ``alone``.
+Prints one row per condition: the median over rounds of each shape's time and its difference from ``alone``;
+after each measurement, GPU 0's temperature, SM clock and power draw (nvidia-smi), and each condition's spread
+over rounds (largest over smallest), which is how much a library time varies from one fresh process to the next.
 """
 
 from __future__ import annotations
@@ -51,6 +53,16 @@ while time.time() < work_until:
     a @ a
 time.sleep(3600)
 """
+
+
+def gpu_state() -> str:
+    """Temperature, SM clock and power of GPU 0 as nvidia-smi reads them now (empty without nvidia-smi)."""
+    try:
+        return subprocess.run(["nvidia-smi", "-i", "0", "--format=csv,noheader",
+                               "--query-gpu=temperature.gpu,clocks.sm,power.draw"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
 
 
 def measure(spec: str, shapes: list[tuple[int, ...]]) -> dict[str, float]:
@@ -123,19 +135,25 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",")]
     conditions = args.conditions.split(",")
     times: dict[str, list[dict[str, float]]] = {c: [] for c in conditions}
+    states: dict[str, list[str]] = {c: [] for c in conditions}
     for round_ in range(args.rounds):
         for condition in conditions:
             times[condition].append(under(condition, args.spec, shapes, args.others))
-            print(f"round {round_ + 1} {condition}: {json.dumps(times[condition][-1])}", flush=True)
+            states[condition].append(gpu_state())
+            print(f"round {round_ + 1} {condition}: {json.dumps(times[condition][-1])} "
+                  f"(after it: {states[condition][-1]})", flush=True)
     labels = ["x".join(map(str, s)) for s in shapes]
     medians = {c: {s: statistics.median(r[s] for r in rows) for s in labels} for c, rows in times.items()}
     print(f"{'condition':<20}" + "".join(f"{s + ' ms':>22}{'vs alone':>10}" for s in labels))
     for condition, row in medians.items():
         base = medians.get("alone", row)
         print(f"{condition:<20}" + "".join(f"{row[s]:>22.4f}{row[s] / base[s] - 1:>+10.1%}" for s in labels))
+    for condition, rows in times.items():
+        spreads = [max(r[s] for r in rows) / min(r[s] for r in rows) - 1 for s in labels]
+        print(f"spread over {len(rows)} rounds, {condition:<20}" + "".join(f"{x:>10.1%}" for x in spreads))
     if args.json:
-        args.json.write_text(json.dumps({"times": times, "medians": medians, "config": vars(args)}, indent=1,
-                                        default=str), encoding="utf-8")
+        everything = {"times": times, "gpu_states": states, "medians": medians, "config": vars(args)}
+        args.json.write_text(json.dumps(everything, indent=1, default=str), encoding="utf-8")
     return 0
 
 
