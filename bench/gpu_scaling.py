@@ -89,7 +89,9 @@ def compare(first: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
     speed_up = first["wall_seconds"] / later["wall_seconds"] if later["wall_seconds"] else None
     return {"verdict_differences": [str(d) for d in verdicts], "items_compared": tp.item_count(first["records"]),
             "ratios_compared": len(ratios), "largest_ratio_difference": ratios[0].relative if ratios else None,
-            "largest_ratio_at": str(ratios[0]) if ratios else None, "speed_up": speed_up}
+            "largest_ratio_at": str(ratios[0]) if ratios else None,
+            "ratios_past_target": sum(d.relative > RATIO_TARGET for d in ratios),
+            "largest_ratios": [f"{d.relative:.1%}: {d}" for d in ratios[:5]], "speed_up": speed_up}
 
 
 def report_lines(sets: list[str], runs: dict[str, dict[str, Any]], compared: dict[str, dict[str, Any]]) -> list[str]:
@@ -117,6 +119,9 @@ def report_lines(sets: list[str], runs: dict[str, dict[str, Any]], compared: dic
         lines.append(f"  timing ratios: largest difference {c['largest_ratio_difference']:.1%} of "
                      f"{c['ratios_compared']}, at {c['largest_ratio_at']}" if c["ratios_compared"]
                      else "  timing ratios: none timed")
+        if c["ratios_compared"]:
+            lines.append(f"  ratios more than {RATIO_TARGET:.0%} apart: {c['ratios_past_target']}; the largest:")
+            lines.extend(f"    {d}" for d in c["largest_ratios"])
         lines.append("targets (issue 21):")
         lines.append(f"  {'met' if not c['verdict_differences'] else 'NOT MET':<9}identical verdicts")
         within = c["largest_ratio_difference"] is not None and c["largest_ratio_difference"] <= RATIO_TARGET
