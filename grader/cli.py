@@ -85,15 +85,19 @@ def summary_table(all_results: list[NotebookResult]) -> str:
     with the final score (when the term takes points off)."""
     from grader.export import items_of
 
-    lines = [f"{'student':<20}{'notebook':<34}{'status':<13}{'earned / graded':>16}{'pending':>9}  late"]
-    for r in sorted(all_results, key=lambda r: (r.student.casefold(), r.student_id, r.assignment, r.notebook)):
+    ordered = sorted(all_results, key=lambda r: (r.student.casefold(), r.student_id, r.assignment, r.notebook))
+    student_width = max([len("student"), *(len(r.student) for r in ordered)]) + 2
+    notebook_width = max([len("notebook"), *(len(r.assignment) + 1 + len(r.notebook) for r in ordered)]) + 2
+    lines = [f"{'student':<{student_width}}{'notebook':<{notebook_width}}{'status':<13}{'earned / graded':>16}"
+             f"{'pending':>9}  late"]
+    for r in ordered:
         items = items_of(r)
         earned = sum(i.score or 0.0 for i in items)
         graded = sum(i.max_score for i in items if i.score is not None)
         pending = sum(i.max_score for i in items if i.score is None)
         late = f"-{r.late_penalty:g} -> {r.final_score:g}" if r.late_penalty else (
             "late" if r.late_status == term.LATE else "no time" if r.late_status == term.NO_TIME else "")
-        lines.append(f"{r.student:<20}{r.assignment + '/' + r.notebook:<34}{r.status:<13}"
+        lines.append(f"{r.student:<{student_width}}{r.assignment + '/' + r.notebook:<{notebook_width}}{r.status:<13}"
                      f"{earned:>8g} / {graded:<5g}{pending:>9g}  {late}".rstrip())
     return "\n".join(lines)
 
