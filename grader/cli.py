@@ -300,7 +300,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             print("  the end of its output:\n    " + result.failure_tail.replace("\n", "\n    "))
         for item in result.items:
             score = "pending" if item.score is None else f"{item.score:g}/{item.max_score:g}"
-            verdict = "not graded yet: still a stub" if _still_a_stub(item) else item.status
+            verdict = _stub_verdict(item) if _still_a_stub(item) else item.status
             verdict += " (provisional)" if item.provisional else ""
             print(f"  {item.item:<40}{score:>10}  {verdict}")
             if item.message and item.status != "passed" and not _still_a_stub(item):
@@ -367,6 +367,13 @@ def _without_hidden_material(result: NotebookResult) -> None:
     for item in result.items:
         if item.item in hidden and item.status != "passed" and not _still_a_stub(item):
             item.message = f"did not pass the grader's hidden tests ({hidden[item.item]})"
+
+
+def _stub_verdict(item: ItemResult) -> str:
+    """What an untouched item says: a quiz answer left at its ``...``, or code still the released stub."""
+    from course.answers import NOT_ANSWERED
+
+    return "not answered yet" if NOT_ANSWERED in item.message else "not graded yet: still a stub"
 
 
 def _still_a_stub(item: ItemResult) -> bool:

@@ -21,6 +21,8 @@ def _check(path, out):
 def test_a_stub_is_not_graded_yet_and_the_total_says_what_is_pending(tmp_path):
     done = _check(NOTEBOOK.student_path, tmp_path / "out")
     assert "not graded yet: still a stub" in done.stdout and " ok " not in done.stdout.split("total:")[0][-200:]
+    quiz = [line for line in done.stdout.splitlines() if line.strip().startswith("test_flops_4096")]
+    assert quiz and quiz[0].rstrip().endswith("not answered yet"), quiz  # a quiz answer, not code, is missing
     assert "total: 0 of 9 points decided here; 5 more pending a GPU run" in done.stdout
     assert (tmp_path / "out" / "feedback" / "you" / "week1-day7_fast_matmul.html").exists()
     # The week's other notebooks were not submitted to a check of this one: no verdict for them, exit 0.
