@@ -396,3 +396,75 @@ def batch_model_seconds(records: Sequence[Record], machine: Machine, cores_per_s
     totals = (sum(r.timings.get(stage, 0.0) for r in records), sum(cpu_seconds(r) for r in records),
               sum(r.timings.get("notebook", 0.0) for r in records), sum(build_seconds(r) for r in records))
     return max(model_bounds(*totals, machine, cores_per_stage).values())
+
+
+IDLE_CAUSES = ("judge preparing", "notebooks waiting for a judge", "runs and builds only", "nothing")
+
+
+@dataclass(frozen=True)
+class GpuTimeline:
+    """One GPU over a pipeline run (schedule.json's timeline): how long it was held alone, when judging began
+    and ended there, and why it was not held in between (seconds per cause in ``IDLE_CAUSES``)."""
+
+    gpu: str
+    wall: float
+    held: float
+    first_hold: float | None
+    last_hold_end: float | None
+    idle: dict[str, float]
+
+    @property
+    def held_share(self) -> float:
+        return self.held / self.wall if self.wall else 0.0
+
+
+def _active(spans: Sequence[tuple[float, float]], t: float) -> int:
+    return sum(start <= t < end for start, end in spans)
+
+
+def gpu_timelines(schedule: dict[str, Any] | None, step: float = 0.1) -> list[GpuTimeline]:
+    """Each GPU's holds and the causes of its idle time between its first hold and its last, sampled every
+    ``step`` seconds: the first cause that applies, in ``IDLE_CAUSES`` order ("judge preparing": a judge of
+    this GPU has started and does not hold it; "waiting": a notebook is built and its judge has not started,
+    for a judge slot or its reference; "runs and builds only": some notebook is in its run or build)."""
+    ran = (schedule or {}).get("timeline") or {}
+    wall = float((schedule or {}).get("wall_seconds") or 0.0)
+    stages, holds = ran.get("stages") or [], ran.get("holds") or []
+    gpus = sorted({str(h["gpu"]) for h in holds} | {str(g) for g in ((schedule or {}).get("limits") or {})
+                                                     .get("gpus") or []}, key=lambda g: (len(g), g))
+    by_label: dict[str, dict[str, dict[str, Any]]] = {}
+    for event in stages:
+        by_label.setdefault(event["label"], {})[event["stage"]] = event
+    waiting = [(e["build"]["end"], e["judge"]["start"] if "judge" in e else wall)
+               for e in by_label.values() if "build" in e]
+    busy = [(e["start"], e["end"]) for e in stages if e["stage"] in ("run", "build")]
+    found = []
+    for gpu in gpus:
+        held = sorted((h["start"], h["end"]) for h in holds if str(h["gpu"]) == gpu)
+        judging = [(e["start"], e["end"]) for e in stages if e["stage"] == "judge" and str(e["gpu"]) == gpu]
+        idle = dict.fromkeys(IDLE_CAUSES, 0.0)
+        if held:
+            t = held[0][0]
+            while t < held[-1][1]:
+                if not _active(held, t):
+                    cause = ("judge preparing" if _active(judging, t) else
+                             "notebooks waiting for a judge" if _active(waiting, t) else
+                             "runs and builds only" if _active(busy, t) else "nothing")
+                    idle[cause] += step
+                t += step
+        found.append(GpuTimeline(gpu, wall, sum(end - start for start, end in held),
+                                 held[0][0] if held else None, held[-1][1] if held else None, idle))
+    return found
+
+
+def timeline_lines(timelines: Sequence[GpuTimeline]) -> list[str]:
+    """One line per GPU: held share, first and last hold, and its idle seconds between them by cause."""
+    lines = []
+    for t in timelines:
+        if t.first_hold is None:
+            lines.append(f"  GPU {t.gpu}: never held by a judge")
+            continue
+        causes = ", ".join(f"{cause} {seconds:.0f} s" for cause, seconds in t.idle.items() if seconds >= 0.05)
+        lines.append(f"  GPU {t.gpu}: held alone {t.held:.0f} s of {t.wall:.0f} s ({t.held_share:.0%}); first hold at "
+                     f"{t.first_hold:.0f} s, last ended at {t.last_hold_end:.0f} s; idle between: {causes or 'none'}")
+    return lines

@@ -118,6 +118,7 @@ class GpuGate:
         self._exclusive: dict[str, threading.Lock] = {}
         self._held: set[str] = set()
         self._users: dict[str, list[Pausable]] = {}
+        self.holds: list[tuple[str, float, float]] = []  # (GPU, held from, to) by ``time.monotonic``, as they end
 
     def _gpu_lock(self, gpu: str) -> threading.Lock:
         with self._lock:
@@ -170,6 +171,7 @@ class GpuGate:
                 self._held.discard(gpu)
                 for user in self._users.get(gpu, []):
                     user._thaw()
+                self.holds.append((gpu, began, time.monotonic()))
             hold.held = time.monotonic() - began
             lock.release()
 

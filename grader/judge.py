@@ -71,15 +71,24 @@ class Watch:
         self.stream = os.fdopen(int(fd), "w", buffering=1) if fd else None
         self.grant = int(grant) if grant else None
 
+    def _ask(self, request: str) -> None:
+        self.stream.write(json.dumps({"request": request}) + "\n")
+        if os.read(self.grant, 1) != b"1":
+            raise RuntimeError(f"the watchdog did not answer the judge's {request!r} request")
+
+    def device(self) -> None:
+        """Say the judge is about to use its GPU at all (until now it has used the CPU only): from here on it is
+        one more user of the GPU, paused while another judge holds it alone."""
+        if self.stream is not None and self.grant is not None:
+            self._ask("device")
+
     @contextlib.contextmanager
     def alone(self) -> Iterator[None]:
         """Hold the GPU alone (the watchdog's gate pauses every other user of it) for the GPU work inside."""
         if self.stream is None or self.grant is None:
             yield
             return
-        self.stream.write(json.dumps({"request": "gpu"}) + "\n")
-        if os.read(self.grant, 1) != b"1":
-            raise RuntimeError("the watchdog did not give the judge its GPU")
+        self._ask("gpu")
         try:
             yield
         finally:
@@ -511,6 +520,7 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
     from course import spec as specs
     from grader import replay
 
+    WATCH.device()  # nothing before this line touches the GPU: a judge preparing beside another's timing is let be
     device.configure("gpu")
     student_export = read_export(Path(job["export"]))
     reference_export = read_export(Path(job["reference"]["export"])) if job.get("reference") else {}

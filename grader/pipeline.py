@@ -32,7 +32,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -728,7 +728,10 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     _check_sandbox(settings, log)
     limits = limits_for(settings)
     if settings.cpus_per_run is None:
-        settings = replace(settings, cpus_per_run=sandbox.default_cpus_per_run(limits.runs + limits.builds))
+        # On a GPU, two each at least: a run is two busy processes (papermill and its kernel), and runs sit frozen
+        # while a judge times, so runs whose CPU sets overlap are seldom busy at once.
+        settings = replace(settings, cpus_per_run=sandbox.default_cpus_per_run(
+            limits.runs + limits.builds, at_least=2 if settings.device == "gpu" else 1))
     for stale in sandbox.cleanup_stale():
         log(f"removed {stale}, left by a grader that was stopped")
     out.mkdir(parents=True, exist_ok=True)
@@ -789,7 +792,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             task = Task(submission.student_id, cleaned.notebook, plans[key], run, settings, run_seed, hide,
                         judge_cache=out / "judge-cache", baselines=out / BASELINES)
             tasks[submission.key] = (submission, task, cleaned.notes)
-            futures[scheduler.submit(task, references.get(key), _with_reference)] = submission.key
+            futures[scheduler.submit(task, references.get(key), _with_reference, submission.key)] = submission.key
         with Gradebook(url) as book:  # recorded while the graded ones run, through one open gradebook
             for submission, result in unread:
                 finished(submission, result, None, book)
@@ -797,7 +800,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             submission, task, notes = tasks[futures[future]]
             finished(submission, _graded_result(submission, future.result(), task, settings, run_seed, notes),
                      task.notebook)
-    _write_schedule(out, settings, limits, began, len(futures))
+    _write_schedule(out, settings, limits, began, len(futures), timeline(scheduler, gate, began))
     return load_results(out)
 
 
@@ -817,7 +820,7 @@ def _reference_future(scheduler: Scheduler, out: Path, notebook: CourseNotebook,
         except Exception as error:  # the students then get grader_error, never wait forever
             ready.set_result({"error": f"the reference solution of {notebook.key} failed: {error}"})
 
-    scheduler.submit(task).add_done_callback(judged)
+    scheduler.submit(task, label=f"reference {notebook.key}").add_done_callback(judged)
     return ready
 
 
@@ -838,11 +841,22 @@ def _graded_result(submission: Submission, graded: Graded, task: Task, settings:
     return result
 
 
-def _write_schedule(out: Path, settings: Settings, limits: Limits, began: float, graded: int) -> None:
-    """OUT/schedule.json: how this batch was graded and how long it took (``bench/grading_throughput.py`` reads it)."""
+def timeline(scheduler: Scheduler, gate: GpuGate | None, began: float) -> dict[str, list[dict[str, Any]]]:
+    """When each notebook's stages ran and when each GPU was held alone, in seconds from ``began``."""
+    def at(moment: float) -> float:
+        return round(moment - began, 3)
+
+    return {"stages": [{**asdict(e), "start": at(e.start), "end": at(e.end)} for e in scheduler.events],
+            "holds": [{"gpu": gpu, "start": at(start), "end": at(end)} for gpu, start, end in
+                      (gate.holds if gate is not None else [])]}
+
+
+def _write_schedule(out: Path, settings: Settings, limits: Limits, began: float, graded: int,
+                    ran: dict[str, list[dict[str, Any]]]) -> None:
+    """OUT/schedule.json: how this batch was graded, how long it took and its timeline (``bench/`` reads it)."""
     results.write_json_atomic(out / "schedule.json", {
         "schedule": settings.schedule, "device": settings.device_name, "wall_seconds": time.monotonic() - began,
-        "notebooks": graded, "limits": limits.describe(), "cpus_per_run": settings.cpus_per_run})
+        "notebooks": graded, "limits": limits.describe(), "cpus_per_run": settings.cpus_per_run, "timeline": ran})
 
 
 def record_result(out: Path, submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None,

@@ -293,9 +293,11 @@ class CpuPool:
 CPUS = CpuPool(sorted(os.sched_getaffinity(0)))
 
 
-def default_cpus_per_run(parallel: int) -> int:
-    """The grader's CPUs shared evenly among ``parallel`` runs (at least one each)."""
-    return max(1, len(os.sched_getaffinity(0)) // max(1, parallel))
+def default_cpus_per_run(parallel: int, at_least: int = 1, cpus: int | None = None) -> int:
+    """The grader's ``cpus`` (default: all it may use) shared evenly among ``parallel`` runs, and ``at_least``
+    each while there are that many (the sets then overlap)."""
+    cpus = cpus or len(os.sched_getaffinity(0))
+    return max(min(at_least, cpus), cpus // max(1, parallel))
 
 
 def _cpu_share(cpus: Sequence[int] | None) -> list[str]:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -51,6 +52,17 @@ class Stages(Protocol):
     def build(self, task: Any, staged: Any) -> Any: ...
     def judge(self, task: Any, staged: Any, gpu: str | None, gate: GpuGate | None) -> Any: ...
     def fault(self, stage: str, error: BaseException) -> Any: ...  # the result of a stage that raised
+
+
+@dataclass(frozen=True)
+class StageEvent:
+    """One stage of one notebook as it ran: on which GPU (None: none), from when to when (``time.monotonic``)."""
+
+    label: str
+    stage: str  # run, build or judge
+    gpu: str | None
+    start: float
+    end: float
 
 
 # (task, what its reference's future gave) -> (the task to judge, None) or (None, its result without a judge)
@@ -94,6 +106,17 @@ class Scheduler:
         self._builds = ThreadPoolExecutor(max(1, limits.builds), thread_name_prefix="build")
         self._judges = ThreadPoolExecutor(judges, thread_name_prefix="judge")
         self._run_gpus, self._judge_gpus = _Least(limits.gpus), _Least(limits.gpus)
+        self.events: list[StageEvent] = []  # every stage that ran, in the order they ended
+        self._events_lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def _timed(self, label: str, stage: str, gpu: str | None) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._events_lock:
+                self.events.append(StageEvent(label, stage, gpu, start, time.monotonic()))
 
     def __enter__(self) -> Scheduler:
         return self
@@ -102,8 +125,10 @@ class Scheduler:
         for pool in (self._runs, self._builds, self._judges):
             pool.shutdown(wait=True)
 
-    def submit(self, task: Any, reference: Future | None = None, prepare: Prepare | None = None) -> Future:
-        """Grade ``task``; its judge waits for ``reference`` and takes ``prepare(task, reference's result)``."""
+    def submit(self, task: Any, reference: Future | None = None, prepare: Prepare | None = None,
+               label: str = "") -> Future:
+        """Grade ``task``; its judge waits for ``reference`` and takes ``prepare(task, reference's result)``.
+        ``label`` names the notebook in ``events``."""
         done: Future = Future()
 
         def guarded(stage: str, work: Callable[[], None]) -> Callable[[], None]:
@@ -122,12 +147,12 @@ class Scheduler:
             with self._run_gpus.take() as gpu, self._cpu or contextlib.nullcontext():
                 shared = self._gate.shared(gpu) if self._gate is not None and gpu is not None \
                     else contextlib.nullcontext(None)
-                with shared as pause:
+                with shared as pause, self._timed(label, "run", gpu):
                     staged = self._stages.run(replace(task, gpu=gpu) if gpu is not None else task, gpu, pause)
             self._builds.submit(guarded("build", lambda: build(staged)))
 
         def build(staged: Any) -> None:
-            with self._cpu or contextlib.nullcontext():
+            with self._cpu or contextlib.nullcontext(), self._timed(label, "build", None):
                 staged = self._stages.build(task, staged)
             if reference is None:
                 self._judges.submit(guarded("judge", lambda: judge(task, staged)))
@@ -143,7 +168,7 @@ class Scheduler:
             judge(prepared, staged)
 
         def judge(judged: Any, staged: Any) -> None:
-            with self._judge_gpus.take() as gpu:
+            with self._judge_gpus.take() as gpu, self._timed(label, "judge", gpu):
                 done.set_result(self._stages.judge(judged, staged, gpu, self._gate))
 
         self._runs.submit(guarded("run", run))

@@ -8,10 +8,11 @@ answers' verdicts first of all, which the judge makes before any replay), and it
 functions. The judge's per-notebook limit stays the last resort; a judge that ends without a verdict
 outside a student's step is the grader's fault, reported as the verdict's ``error``.
 
-Before its GPU work the judge asks for the GPU alone on the same pipe; the watchdog takes it from the gate
-(``grader.gpu_gate``: the other users of that GPU are paused, other judges waiting for it included) and answers
-on a second pipe. The GPU is given
-back when the judge says so or ends, however it ends. The seconds waited for the GPU do not count against the
+Until it says it is about to use its GPU at all, the judge uses the CPU only and runs beside the other judges'
+timings; from then on it is paused with the GPU's other users. Before its GPU work the judge asks for the GPU
+alone on the same pipe; the watchdog takes it from the gate (``grader.gpu_gate``: the other users of that GPU are
+paused, other judges waiting for it included) and answers on a second pipe. The GPU is given back when the judge
+says so or ends, however it ends. The seconds waited for the GPU do not count against the
 judge's limit; the seconds it was held are the verdict's ``gpu_exclusive``.
 """
 
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import judge, results
-from grader.gpu_gate import GpuGate, Hold
+from grader.gpu_gate import GpuGate, Hold, Pausable
 
 
 @dataclass
@@ -51,10 +52,10 @@ class Ending:
 
 
 def _parse(line: bytes, now: float) -> Step | str | None:
-    """A step, a request ("gpu" or "release"), or None for a line that is neither."""
+    """A step, a request ("device", "gpu" or "release"), or None for a line that is neither."""
     try:
         data = json.loads(line)
-        if data.get("request") in ("gpu", "release"):
+        if data.get("request") in ("device", "gpu", "release"):
             return str(data["request"])
         seconds = data.get("seconds")
         return Step(data.get("spec"), str(data.get("step", "")), None if seconds is None else float(seconds), now)
@@ -107,11 +108,17 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
     step, pending = None, b""
     holding: contextlib.AbstractContextManager[Hold] | None = None
     hold = Hold()
-    # Until it holds its GPU, the judge is one more user of it, paused while another judge times there.
-    sharing = alone.gate.shared(alone.gpu) if alone.gate is not None else None
-    user = sharing.__enter__() if sharing is not None else None
-    if user is not None:
-        user.attach(process.pid)
+    # From its "device" request until it holds its GPU, the judge is one more user of it, paused while another
+    # judge times there; before that it uses the CPU only and runs on.
+    sharing: contextlib.AbstractContextManager[Pausable] | None = None
+    user: Pausable | None = None
+
+    def start_sharing() -> None:
+        nonlocal sharing, user
+        if sharing is None and holding is None and alone.gate is not None:
+            sharing = alone.gate.shared(alone.gpu)
+            user = sharing.__enter__()
+            user.attach(process.pid)  # frozen at once while another judge holds the GPU
 
     def stop_sharing() -> None:
         nonlocal sharing, deadline
@@ -148,7 +155,11 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
             *lines, pending = (pending + chunk).split(b"\n")
             for line in lines:
                 parsed = _parse(line, time.monotonic())
-                if parsed == "gpu" and holding is None:
+                if parsed == "device":
+                    start_sharing()
+                    with contextlib.suppress(OSError):
+                        os.write(grant_write, b"1")
+                elif parsed == "gpu" and holding is None:
                     stop_sharing()
                     asked = time.monotonic()
                     holding = _exclusive(alone)

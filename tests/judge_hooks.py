@@ -1,7 +1,9 @@
 """A judge for the watchdog's tests (``python -P -m tests.judge_hooks JOB.json``): grader.judge, where the
 kernel verdicts are stand-ins, the graded function named by ``$HANG_SPEC`` runs a replay that never ends, and
 the one named by ``$BREAK_SPEC`` asks to be started again, as after a CUDA error that broke the context. With
-``$ALONE_SECONDS`` set, the verdicts are made holding the GPU alone (``judge.WATCH.alone``), taking that long.
+``$ALONE_SECONDS`` set, the verdicts are made holding the GPU alone (``judge.WATCH.alone``), taking that long,
+after the judge has said it uses the GPU (``judge.WATCH.device``), and its CPU-only preparation before that writes
+the wall-clock time it ended into ``$PREPARED_FILE`` where that is set.
 
 It imports only through PYTHONPATH (``tests`` is not installed), as the real judge must find the grader.
 """
@@ -20,6 +22,11 @@ from grader import judge
 
 def _judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
     alone = os.environ.get("ALONE_SECONDS")
+    if alone:
+        if os.environ.get("PREPARED_FILE"):
+            with open(os.environ["PREPARED_FILE"], "w", encoding="utf-8") as prepared:
+                prepared.write(repr(time.time()))
+        judge.WATCH.device()
     with judge.WATCH.alone() if alone else contextlib.nullcontext():
         if alone:
             time.sleep(float(alone))

@@ -55,3 +55,25 @@ def test_a_slower_second_set_a_changed_verdict_and_a_moved_ratio_each_miss_their
     assert "ratios more than 3% apart: 4; the largest:" in printed  # student/reference and /baseline, 2 students
     assert "    5.6%: " in printed  # 900 -> 950, each ratio listed with how far it moved
     assert printed.count("NOT MET") == 3
+
+
+def test_each_gpus_idle_time_between_holds_is_split_by_what_the_notebooks_were_doing():
+    stage = lambda label, name, gpu, start, end: {"label": label, "stage": name, "gpu": gpu,  # noqa: E731
+                                                  "start": start, "end": end}
+    schedule = {"wall_seconds": 20.0, "limits": {"gpus": ["0", "1"]}, "timeline": {
+        "stages": [stage("a", "run", "0", 0.0, 2.0), stage("a", "build", None, 2.0, 3.0),
+                   stage("a", "judge", "0", 3.0, 6.0),  # prepares 3-4, holds 4-6
+                   stage("b", "run", "0", 0.0, 8.0), stage("b", "build", None, 8.0, 9.0),
+                   stage("b", "judge", "0", 12.0, 14.0)],  # waits 9-12 (for a slot or its reference), holds 13-14
+        "holds": [{"gpu": "0", "start": 4.0, "end": 6.0}, {"gpu": "0", "start": 13.0, "end": 14.0}]}}
+    first, second = tp.gpu_timelines(schedule)
+    assert (first.gpu, first.held, first.first_hold, first.last_hold_end) == ("0", 3.0, 4.0, 14.0)
+    idle = {cause: round(seconds, 1) for cause, seconds in first.idle.items()}
+    # 6-8: b runs; 8-9: b builds; 9-12: b waits; 12-13: b's judge prepares
+    assert idle == {"judge preparing": 1.0, "notebooks waiting for a judge": 3.0, "runs and builds only": 3.0,
+                    "nothing": 0.0}
+    assert second.first_hold is None and second.held == 0.0
+    lines = tp.timeline_lines([first, second])
+    assert "held alone 3 s of 20 s (15%)" in lines[0] and "runs and builds only 3 s" in lines[0]
+    assert lines[1] == "  GPU 1: never held by a judge"
+    assert tp.gpu_timelines(None) == [] and tp.gpu_timelines({"wall_seconds": 5.0}) == []

@@ -389,3 +389,11 @@ def test_the_cpu_pool_hands_out_disjoint_sets_while_it_can_then_shares_evenly():
     pool.give_back(first)
     assert pool.take(2) == first  # free again: the ones given back
     assert pool.take(9) == [0, 1, 2, 3]
+
+
+def test_cpus_per_run_share_the_cpus_evenly_and_overlap_only_to_reach_the_floor():
+    assert sandbox.default_cpus_per_run(4, cpus=32) == 8
+    assert sandbox.default_cpus_per_run(20, cpus=32) == 1
+    assert sandbox.default_cpus_per_run(20, at_least=2, cpus=32) == 2  # 12 runs and 8 builds on two GPUs
+    assert sandbox.default_cpus_per_run(6, at_least=2, cpus=32) == 5
+    assert sandbox.default_cpus_per_run(3, at_least=2, cpus=1) == 1  # never more CPUs than there are

@@ -261,21 +261,25 @@ class FakeStages:
         return ("grader_error", stage, str(error))
 
 
-def _grade(tmp_path, limits, stages, gate, one_at_a_time=False, students=10):
+def _grade(tmp_path, limits, stages, gate, one_at_a_time=False, students=10, events=None):
     with Scheduler(limits, stages, gate, one_at_a_time) as scheduler:
         references = {}
         for notebook in ("day6", "day7"):
             ready = Future()
             reference = FakeTask(f"reference-{notebook}", notebook, tmp_path)
-            scheduler.submit(reference).add_done_callback(lambda f, r=ready, n=notebook: r.set_result(f"ref-{n}"))
+            scheduler.submit(reference, label=reference.key).add_done_callback(
+                lambda f, r=ready, n=notebook: r.set_result(f"ref-{n}"))
             references[notebook] = ready
         futures = {}
         for i in range(students):
             notebook = ("day6", "day7")[i % 2]
             task = FakeTask(f"student{i}", notebook, tmp_path)
-            future = scheduler.submit(task, references[notebook], lambda t, r: (replace(t, reference=r), None))
+            future = scheduler.submit(task, references[notebook], lambda t, r: (replace(t, reference=r), None),
+                                      task.key)
             futures[future] = task.key
         done = {futures[f]: f.result(timeout=120) for f in futures}
+    if events is not None:
+        events.extend(scheduler.events)
     return done
 
 
@@ -301,6 +305,23 @@ def test_the_pipeline_grades_every_notebook_once_and_never_times_beside_a_run(tm
                 assert _inside(stamps, (began, ended[key])) == [], f"{run_key} ran while {key} held GPU {gpu}"
     overlapping = any(a[3] < b[4] and b[3] < a[4] for a in runs for b in runs if a is not b)
     assert overlapping  # the runs did share the GPUs
+
+
+def test_the_timeline_has_each_notebooks_stages_in_order_and_each_hold_inside_a_judge(tmp_path):
+    stages, events, gate = FakeStages(), [], GpuGate(lambda g: True)
+    done = _grade(tmp_path, Limits(("0", "1"), runs=4, builds=2, judges_per_gpu=2), stages, gate, students=6,
+                  events=events)
+    by_label = {}
+    for event in events:
+        by_label.setdefault(event.label, {})[event.stage] = event
+    assert set(by_label) == {*done, "reference-day6", "reference-day7"}
+    for label, ran in by_label.items():
+        assert set(ran) == {"run", "build", "judge"}, label
+        assert ran["run"].start <= ran["run"].end <= ran["build"].start <= ran["build"].end <= ran["judge"].start
+        assert ran["run"].gpu in ("0", "1") and ran["build"].gpu is None and ran["judge"].gpu in ("0", "1")
+    assert len(gate.holds) == len(by_label)  # one hold per judge here, each inside a judge of its GPU
+    for gpu, start, end in gate.holds:
+        assert any(e.stage == "judge" and e.gpu == gpu and e.start <= start <= end <= e.end for e in events)
 
 
 def test_the_serial_schedule_grades_one_notebook_at_a_time_in_order(tmp_path):

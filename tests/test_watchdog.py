@@ -151,8 +151,9 @@ def test_a_judge_whose_cuda_context_broke_is_started_again_for_the_other_kernels
     assert "a CUDA error broke the judge's context: starting it again" in (tmp_path / "judge.log").read_text()
 
 
-def test_a_judge_waiting_for_its_gpu_is_paused_while_another_holds_it(tmp_path, monkeypatch):
+def test_a_judge_prepares_while_another_holds_the_gpu_and_is_paused_once_it_uses_the_gpu(tmp_path, monkeypatch):
     monkeypatch.setenv("ALONE_SECONDS", "0.1")
+    monkeypatch.setenv("PREPARED_FILE", str(tmp_path / "prepared"))
     job, _ = _job(tmp_path)
     gate = GpuGate(idle=lambda gpu: True)
     holding, held_until = threading.Event(), []
@@ -160,8 +161,8 @@ def test_a_judge_waiting_for_its_gpu_is_paused_while_another_holds_it(tmp_path, 
     def other_judge():
         with gate.exclusive("0"):
             holding.set()
-            time.sleep(4.0)
-            held_until.append(time.monotonic())
+            time.sleep(6.0)
+            held_until.append(time.time())
 
     other = threading.Thread(target=other_judge)
     other.start()
@@ -169,7 +170,9 @@ def test_a_judge_waiting_for_its_gpu_is_paused_while_another_holds_it(tmp_path, 
     verdict = _run(tmp_path, job, "tests.judge_hooks", grader_environment(dict(os.environ)), gate=gate)
     other.join()
     assert "error" not in verdict, verdict.get("error")
-    # Paused from its start, it asked for the GPU only after the other let go: had it run meanwhile, its
-    # start-up (seconds of imports) would have ended long before, and it would have waited at the gate.
+    # Its CPU-only start-up (imports, the answers' tests) ran while the other held the GPU ...
+    assert float((tmp_path / "prepared").read_text()) < held_until[0]
+    # ... and from its "device" request it was paused: it asked for the GPU alone only after the other let go
+    # (had it run on, it would have waited at the gate for the rest of the other's hold).
     assert verdict["seconds"]["gpu_wait"] < 0.5
-    assert (tmp_path / "verdict.json").stat().st_mtime >= time.time() - (time.monotonic() - held_until[0])
+    assert (tmp_path / "verdict.json").stat().st_mtime >= held_until[0]
