@@ -1,6 +1,7 @@
 # GPU kernels course: one entry point for students, TAs and CI.
 # On a GPU runner that already has CUDA builds of torch and triton:
-#   make setup SYSTEM_SITE_PACKAGES=1   (the venv sees them instead of installing CPU builds)
+#   make setup SYSTEM_SITE_PACKAGES=1   (the venv sees them, also where that Python is a venv's, instead of
+#   installing CPU builds)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -75,6 +76,8 @@ sandbox-tool:
 
 $(STAMP): $(REQUIREMENTS) pyproject.toml
 	$(PYTHON) -m venv $(if $(SYSTEM_SITE_PACKAGES),--system-site-packages,) $(VENV)
+	$(if $(SYSTEM_SITE_PACKAGES),$(PYTHON) -c 'import site; print(*site.getsitepackages(), sep="\n")' \
+		> "$$($(PY) -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/outer-site-packages.pth",)
 	$(PY) -m pip install --quiet --upgrade $(PIP_SOURCE) pip setuptools
 	$(if $(SYSTEM_SITE_PACKAGES),,$(PY) -m pip install --quiet $(PIP_SOURCE) -r requirements/torch-cpu.txt -c requirements/constraints.txt)
 	$(PY) -m pip install --quiet $(PIP_SOURCE) -r requirements/base.txt -c requirements/constraints.txt

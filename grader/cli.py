@@ -24,6 +24,7 @@ from pathlib import Path
 
 from grader import GRADER_VERSION, release, term
 from grader.results import GRADER_ERROR, MISSING, ItemResult, NotebookResult
+from grader.schedule import JUDGES_PER_GPU
 from grader.term import Term, TermError
 
 DEFAULT_OUT = Path("build/grades")
@@ -139,7 +140,7 @@ def _settings(args: argparse.Namespace):
     shapes = json.loads(args.bench_shapes) if args.bench_shapes else None
     gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip()) if getattr(args, "gpus", None) else None
     return Settings(device=device, device_name=name, runs=args.runs, builds=getattr(args, "builds", None), gpus=gpus,
-                    judges_per_gpu=getattr(args, "judges_per_gpu", 2),
+                    judges_per_gpu=getattr(args, "judges_per_gpu", JUDGES_PER_GPU),
                     schedule=getattr(args, "schedule", "pipeline"), force=args.force, bench_shapes=shapes,
                     cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
                     judge_timeout=args.judge_timeout, replay_floor=args.replay_timeout,
@@ -571,9 +572,9 @@ def _schedule_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--builds", type=_at_least_one, default=None,
                         help="kernel builds (CPU only, sandboxed) and CPU replays at once (default: a quarter of the "
                              "CPUs on a GPU machine, as many as --runs on a CPU; make: BUILDS)")
-    parser.add_argument("--judges-per-gpu", type=_at_least_one, default=2,
-                        help="judge processes per GPU at once: one holds the GPU alone while the others load their "
-                             "kernels and run the answer checks (default: %(default)s)")
+    parser.add_argument("--judges-per-gpu", type=_at_least_one, default=JUDGES_PER_GPU,
+                        help="judge processes per GPU at once: one holds the GPU alone while the others run the "
+                             "answer checks and load their kernels (default: %(default)s)")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -520,10 +520,10 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
     from course import spec as specs
     from grader import replay
 
-    WATCH.device()  # nothing before this line touches the GPU: a judge preparing beside another's timing is let be
-    device.configure("gpu")
     student_export = read_export(Path(job["export"]))
     reference_export = read_export(Path(job["reference"]["export"])) if job.get("reference") else {}
+    WATCH.device()  # nothing before this line touches the GPU: a judge preparing beside another's timing is let be
+    device.configure("gpu")
     started = time.perf_counter()
     student_kernels = replay.load_kernels(Path(job["built"]))
     reference_kernels = replay.load_kernels(Path(job["reference"]["built"])) if job.get("reference") else None

@@ -58,7 +58,7 @@ from grader.layout import (
 from grader.release import master_version
 from grader.results import NotebookResult
 from grader.sanitize import sanitize
-from grader.schedule import Limits, Scheduler
+from grader.schedule import JUDGES_PER_GPU, Limits, Scheduler
 
 JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
 RECORDING_CELL = "recording"
@@ -84,7 +84,7 @@ class Settings:
     runs: int | None = None  # sandboxed runs at once; None: from the machine's CPUs and GPUs
     builds: int | None = None  # builds at once; None: from the machine's CPUs
     gpus: tuple[str, ...] | None = None  # the GPUs to grade on (CUDA indices); None: all visible
-    judges_per_gpu: int = 2
+    judges_per_gpu: int = JUDGES_PER_GPU
     schedule: str = "pipeline"  # or "serial": one notebook at a time, stage after stage
     force: bool = False
     bench_shapes: list[list[int]] | None = None  # the TA's override (trusted); else the specs' own

@@ -27,6 +27,10 @@ from typing import Any, Protocol
 
 from grader.gpu_gate import GpuGate, Pausable
 
+# Judges per GPU by default: one holds it while the others wait, paused, to set up their CUDA context. Set-ups run
+# only between holds, so with more judges waiting one gap serves several (with two, most holds followed a 2-4 s gap).
+JUDGES_PER_GPU = 4
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -35,7 +39,7 @@ class Limits:
     gpus: tuple[str, ...]  # the grader's CUDA indices; () on a CPU
     runs: int  # sandboxed notebook runs at once, over all GPUs
     builds: int  # builds (and CPU replays) at once
-    judges_per_gpu: int = 2  # judge processes per GPU: one holds the GPU alone while the next prepares
+    judges_per_gpu: int = JUDGES_PER_GPU  # judge processes per GPU: one holds the GPU alone, the others prepare
     # Runs and builds together at most this many at once (a CPU grading, where both are interpreter work on the
     # same cores); None: each stage only by its own limit.
     cpu_slots: int | None = None

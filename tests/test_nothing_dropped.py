@@ -367,3 +367,18 @@ def test_make_passes_the_limits_and_tolerates_only_the_demo_class():
     for flag in ("--cell-timeout 30", "--notebook-timeout 90", "--judge-timeout 60", "--memory-gb 4"):
         assert flag in real
     assert "--allow-ungraded" in dry("SUBMISSIONS=subs", "ALLOW_UNGRADED=1")
+
+
+def test_a_setup_on_a_venvs_python_with_system_site_packages_sees_that_venvs_packages(tmp_path):
+    """The GPU runner's case: its torch lives in a venv, and the grader's venv made from that venv's Python must
+    import it (``python -m venv --system-site-packages`` alone sees only the base interpreter's packages)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    venv = tmp_path / "venv"
+    done = subprocess.run(["make", "setup", f"VENV={venv}", f"PYTHON={sys.executable}", "SYSTEM_SITE_PACKAGES=1"],
+                          capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent, env=env)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    found = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch, nbgrader; print(torch.__file__)"],
+                           capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert Path(found.stdout.strip()).is_relative_to(Path(sys.prefix)) and sys.prefix != sys.base_prefix
