@@ -725,6 +725,8 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
           log: Callable[[str], None] = print, progress: Callable[[int, int, NotebookResult], None] | None = None,
           ) -> list[NotebookResult]:
     """Grade every submission under ``submissions_root`` into ``out``; returns all results."""
+    # Absolute: the judge and the sandboxed stages run in scratch folders of their own and are handed paths in OUT.
+    submissions_root, out = submissions_root.resolve(), out.resolve()
     _check_sandbox(settings, log)
     limits = limits_for(settings)
     if settings.cpus_per_run is None:

@@ -54,6 +54,32 @@ def test_a_reference_that_cannot_be_graded_stops_its_students(tmp_path, monkeypa
     assert not (tmp_path / "out" / "reference" / "week1" / DAY7.name / "device.txt").exists()  # tried again next run
 
 
+def test_a_relative_out_folder_reaches_every_stage_as_an_absolute_path(tmp_path, monkeypatch):
+    """The GPU judge and the sandboxed stages run in scratch folders of their own: a path relative to the TA's
+    folder (``make grade``'s default OUT=build/grades) would name nothing there."""
+    seen = []
+
+    class Recording(pipeline.GradingStages):
+        def run(self, task, gpu, pause):
+            seen.extend([task.run, task.judge_cache, task.baselines])
+            return pipeline.Staged(Outcome(results.OK), [], {})
+
+        def build(self, task, staged):
+            return staged
+
+        def judge(self, task, staged, gpu, gate):
+            return Graded(Outcome(results.OK), {"tests": {}, "kernels": {}})
+
+    monkeypatch.setattr(pipeline, "GradingStages", Recording)
+    monkeypatch.setattr(pipeline, "visible_gpus", lambda: ("0",))
+    monkeypatch.chdir(tmp_path)
+    _class(tmp_path / "class", DAY4, students=("alice",))
+    grade(pipeline.Path("class"), pipeline.Path("out"), Settings("gpu", "GPU (a test)", sandbox=False),
+          log=lambda _: None)
+    assert seen and all(path is None or path.is_absolute() for path in seen), seen
+    assert (tmp_path / "out" / "schedule.json").is_file()
+
+
 def test_a_reference_kernel_that_was_not_timed_cannot_anchor_grades():
     [job] = pipeline.kernel_calls(DAY7, Settings("gpu", "GPU"), 1, "reference", bench_only=True)
     verdict = {"kernels": {job["spec"]: {"sets": {"bench": {"passed": True, "messages": []}},
