@@ -27,9 +27,9 @@ from typing import Any, Protocol
 
 from grader.gpu_gate import GpuGate, Pausable
 
-# Judges per GPU by default: one holds it while the others wait, paused, to set up their CUDA context. Set-ups run
-# only between holds, so with more judges waiting one gap serves several (with two, most holds followed a 2-4 s gap).
-JUDGES_PER_GPU = 4
+# Judges per GPU by default: one holds it while the others prepare. Four were measured against two on two H200s
+# (bench/RESULTS.md): the idle time between holds per notebook hardly moved and each hold grew (4.4 to 5.3 s).
+JUDGES_PER_GPU = 2
 
 
 @dataclass(frozen=True)
