@@ -14,6 +14,7 @@ import torch
 
 import course
 from course import check, coalescing
+from course.exercises import transpose
 from course.exercises import w2d2_coalescing as day2
 from course.spec import get
 from grader.layout import SOLUTIONS
@@ -38,15 +39,15 @@ def test_inputs_are_fresh_fp32_and_seeded():
 
 def test_exact_error_is_the_spot_check():
     (x,) = SPEC.make_inputs((5, 7), 3, "cpu")
-    assert day2.exact_error((x,), x.t().contiguous()) == 0.0
-    assert day2.exact_error((x,), x.t()) == 0.0  # a view with the right values is still right
-    assert day2.exact_error((x,), x.reshape(7, 5)) == math.inf  # the bytes of x, not its transpose
+    assert transpose.exact_error((x,), x.t().contiguous()) == 0.0
+    assert transpose.exact_error((x,), x.t()) == 0.0  # a view with the right values is still right
+    assert transpose.exact_error((x,), x.reshape(7, 5)) == math.inf  # the bytes of x, not its transpose
     poisoned = x.t().contiguous()
     poisoned[6, 4] = math.nan
-    assert day2.exact_error((x,), poisoned) == math.inf
-    assert day2.exact_error((x,), x) == math.inf
+    assert transpose.exact_error((x,), poisoned) == math.inf
+    assert transpose.exact_error((x,), x) == math.inf
     square = SPEC.make_inputs((4, 4), 3, "cpu")[0]
-    assert day2.exact_error((square,), square) == math.inf
+    assert transpose.exact_error((square,), square) == math.inf
 
 
 def test_baseline_is_a_copy_held_from_import(monkeypatch):
@@ -125,4 +126,4 @@ def test_solution_takes_any_strides(solution):
 def test_solution_is_exact_on_a_benchmark_shape_on_the_gpu(solution):
     shape = SPEC.bench_shapes.gpu[-1]
     inputs = SPEC.make_inputs(shape, 1, "cuda")
-    assert day2.exact_error(inputs, solution(*inputs)) == 0.0
+    assert transpose.exact_error(inputs, solution(*inputs)) == 0.0

@@ -18,6 +18,7 @@ import torch
 import triton
 
 from course import check, device, plan, plot, spec
+from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
 from course.exercises import w2d7_gemm_fp16 as day7
 from grader import build_kernels, compile_ttgir, replay, results, tma
@@ -119,8 +120,8 @@ def test_the_solution_order_passes_and_wrong_orders_fail(order_fn):
 def test_the_gemm_reference_is_exact_on_a_hand_checked_case():
     a = torch.tensor([[1.0, 2.0], [3.0, 4.0]], dtype=torch.float16)
     b = torch.tensor([[5.0], [6.0]], dtype=torch.float16)
-    assert day7.reference((a, b)).tolist() == [[17.0], [39.0]]
-    assert day7.reference((a, b)).dtype == torch.float64
+    assert matmul.reference((a, b)).tolist() == [[17.0], [39.0]]
+    assert matmul.reference((a, b)).dtype == torch.float64
 
 
 def test_gemm_inputs_are_fresh_fp16_and_seed_dependent():
@@ -134,20 +135,20 @@ def test_gemm_inputs_are_fresh_fp16_and_seed_dependent():
 
 def test_the_library_baseline_sums_without_reduced_precision_and_restores_the_setting():
     a, b = GEMM.make_inputs((8, 16, 32), 0, "cpu")
-    matmul = torch.backends.cuda.matmul
-    before = matmul.allow_fp16_reduced_precision_reduction
+    flags = torch.backends.cuda.matmul
+    before = flags.allow_fp16_reduced_precision_reduction
     out = day7.cublas_fp16((a, b))
-    assert matmul.allow_fp16_reduced_precision_reduction == before
-    assert out.dtype == torch.float16 and check.relative_error(out, day7.reference((a, b))) < 1e-3
+    assert flags.allow_fp16_reduced_precision_reduction == before
+    assert out.dtype == torch.float16 and check.relative_error(out, matmul.reference((a, b))) < 1e-3
 
 
 def test_the_spot_check_accepts_the_product_and_catches_a_wrong_block():
     a, b = GEMM.make_inputs((64, 48, 40), 1, "cpu")
-    right = day7.reference((a, b)).half()
-    assert day7.freivalds_error((a, b), right) < GEMM.tolerance
+    right = matmul.reference((a, b)).half()
+    assert matmul.freivalds_error((a, b), right) < GEMM.tolerance
     wrong = right.clone()
     wrong[32:, 16:32] = 0
-    assert day7.freivalds_error((a, b), wrong) > GEMM.tolerance
+    assert matmul.freivalds_error((a, b), wrong) > GEMM.tolerance
 
 
 def test_gemm_shapes_include_unaligned_rows_and_the_three_benchmark_shapes():

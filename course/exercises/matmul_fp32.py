@@ -8,50 +8,14 @@ true fp32 arithmetic and compares it with cuBLAS's fp32 SGEMM (TF32 off) in the 
 from __future__ import annotations
 
 import random
-import secrets
 
 import torch
 
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
+from course.exercises import matmul
+from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
 
-
-def make_inputs(shape: Shape, seed: int, device: str) -> Inputs:
-    m, n, k = shape
-    generator = torch.Generator(device=device).manual_seed(seed)
-    a = torch.randn((m, k), generator=generator, device=device, dtype=torch.float32)
-    b = torch.randn((k, n), generator=generator, device=device, dtype=torch.float32)
-    return a, b
-
-
-def reference(inputs: Inputs) -> torch.Tensor:
-    a, b = inputs
-    return a.double() @ b.double()
-
-
-# Held from import time (before any student code runs), so rebinding torch.mm later cannot slow the baseline.
-_library_mm = torch.mm
-
-
-def cublas_fp32(inputs: Inputs) -> torch.Tensor:
-    """cuBLAS SGEMM with TF32 off: the library doing exactly what the exercise asks."""
-    a, b = inputs
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        return _library_mm(a, b)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
-
-
-def freivalds_error(inputs: Inputs, out: torch.Tensor) -> float:
-    """||C x - A (B x)|| / ||A (B x)|| for random x in fp64: O(n^2) and catches any wrong region."""
-    a, b = inputs
-    # A fresh secret vector each call, so no output can be shaped to pass a known test.
-    generator = torch.Generator(device=out.device).manual_seed(secrets.randbits(63))
-    x = torch.randn((b.shape[1], 2), generator=generator, device=out.device, dtype=torch.float64)
-    expected = a.double() @ (b.double() @ x)
-    got = out.double() @ x
-    return float(torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected))
+make_inputs = matmul.inputs_in(torch.float32)
+cublas_fp32 = matmul.library("allow_tf32")  # cuBLAS SGEMM with TF32 off: the library doing what the exercise asks
 
 
 _PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 251, 509, 1021, 2039, 3001)
@@ -77,15 +41,11 @@ SPEC = register(
         id="w1d7.matmul_fp32",
         title="Tiled fp32 matmul (Week 1, Day 7)",
         function="matmul",
-        dims=("M", "N", "K"),
+        **matmul.fields(4),
         precision="fp32-ieee",
         output_dtype=torch.float32,
         make_inputs=make_inputs,
-        reference=reference,
         baseline=cublas_fp32,
-        output_shape=lambda shape: (shape[0], shape[1]),
-        flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
-        bytes_moved=lambda shape: 4.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
         # Non-square shapes, shapes that are not multiples of any power-of-two tile, and a
         # single row: a kernel without masks, or right only for multiples of 64, fails these.
         visible_shapes=ShapeSet(
@@ -128,7 +88,6 @@ SPEC = register(
                 description="speed as a fraction of the reference solution, same run; full points at 85%",
             ),
         ),
-        spot_error=freivalds_error,
         notebook="week1/day7_fast_matmul",
         correctness_cells={"test_matmul_visible": "visible", "test_matmul_hidden": "hidden"},
         draw_hidden=draw_hidden,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, freivalds_error, make_inputs, reference
+from course.exercises import matmul
+from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, make_inputs
 from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
 
 BYTES = 4  # fp32
@@ -34,15 +35,11 @@ SPEC = register(
         id="w1d6.matmul_outer",
         title="Tiled fp32 matmul by rank-1 updates, without tl.dot (Week 1, Day 6)",
         function="matmul_tiled",
-        dims=("M", "N", "K"),
+        **matmul.fields(4),
         precision="fp32-ieee",
         output_dtype=torch.float32,
         make_inputs=make_inputs,
-        reference=reference,
         baseline=cublas_fp32,
-        output_shape=lambda shape: (shape[0], shape[1]),
-        flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
-        bytes_moved=lambda shape: 4.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
         # Non-square shapes, sides that are no multiple of any power-of-two tile, a single row and a single
         # column: a kernel without masks on M, N or K fails some of them. CPU shapes stay tiny (interpreter).
         visible_shapes=ShapeSet(
@@ -79,7 +76,6 @@ SPEC = register(
                 description="speed as a fraction of the reference solution, same run; full points at 85%",
             ),
         ),
-        spot_error=freivalds_error,
         notebook="week1/day6_tiling",
         correctness_cells={"test_tiled_visible": "visible", "test_tiled_hidden": "hidden"},
         draw_hidden=draw_hidden,

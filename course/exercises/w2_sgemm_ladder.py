@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import torch
 
-from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, freivalds_error, make_inputs, reference
+from course.exercises import matmul
+from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, make_inputs
 from course.spec import ExerciseSpec, ShapeSet, Threshold, register
 
 NOTEBOOK = "week2/bonus_sgemm_ladder"
@@ -74,16 +75,12 @@ def _spec(version: str) -> ExerciseSpec:
         id=f"w2x.sgemm_{version}",
         title=f"SGEMM {version}: {TITLES[version]}",
         function=f"sgemm_{version}",
-        dims=("M", "N", "K"),
+        **matmul.fields(4),
         precision="fp32-ieee",
         output_dtype=torch.float32,
         make_inputs=make_inputs,
-        reference=reference,
         baseline=cublas_fp32,
         baseline_name="cuBLAS",
-        output_shape=lambda shape: (shape[0], shape[1]),
-        flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
-        bytes_moved=lambda shape: 4.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
         visible_shapes=VISIBLE,
         hidden_shapes=HIDDEN,
         bench_shapes=BENCH,
@@ -97,7 +94,6 @@ def _spec(version: str) -> ExerciseSpec:
                 description=f"speed as a fraction of cuBLAS fp32; full points at {BANDS[version][-1][0]:.1%}",
             ),
         ),
-        spot_error=freivalds_error,
         notebook=NOTEBOOK,
         correctness_cells={f"test_sgemm_{version}_visible": "visible", f"test_sgemm_{version}_hidden": "hidden"},
         draw_hidden=draw_hidden,

@@ -11,39 +11,10 @@ an H100), so the traffic really goes to DRAM.
 
 from __future__ import annotations
 
-import math
 import random
 
-import torch
-
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
-
-
-def make_inputs(shape: Shape, seed: int, device: str) -> Inputs:
-    m, n = shape
-    generator = torch.Generator(device=device).manual_seed(seed)
-    return (torch.randn((m, n), generator=generator, device=device, dtype=torch.float32),)
-
-
-def reference(inputs: Inputs) -> torch.Tensor:
-    (x,) = inputs
-    return x.t().contiguous()
-
-
-# Held from import time (before any student code runs), so rebinding Tensor.clone later cannot slow the baseline.
-_library_clone = torch.Tensor.clone
-
-
-def torch_copy(inputs: Inputs) -> torch.Tensor:
-    """torch's copy of the input: the same bytes read and written as a transpose, all of them contiguous."""
-    (x,) = inputs
-    return _library_clone(x)
-
-
-def exact_error(inputs: Inputs, out: torch.Tensor) -> float:
-    """0 when ``out`` equals x.T element for element (NaN never does), else inf: one comparison, no fp64 copy."""
-    (x,) = inputs
-    return 0.0 if tuple(out.shape) == (x.shape[1], x.shape[0]) and torch.equal(out, x.t()) else math.inf
+from course.exercises import transpose
+from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
 
 
 def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
@@ -67,17 +38,7 @@ SPEC = register(
         id="w2d2.transpose",
         title="Tiled fp32 transpose (Week 2, Day 2)",
         function="transpose",
-        dims=("M", "N"),
-        precision="exact",
-        output_dtype=torch.float32,
-        make_inputs=make_inputs,
-        reference=reference,
-        baseline=torch_copy,
-        baseline_name="torch copy",
-        output_shape=lambda shape: (shape[1], shape[0]),
-        flops=lambda shape: 0.0,
-        bytes_moved=lambda shape: 2.0 * 4.0 * shape[0] * shape[1],
-        rate_unit="GB/s",
+        **transpose.fields(),
         # Square and non-square, a single row, and sides that are no multiple of a power-of-two tile:
         # a kernel without masks, or one that swaps M and N somewhere, fails these.
         visible_shapes=ShapeSet(
@@ -117,7 +78,6 @@ SPEC = register(
                 description="bandwidth as a fraction of the reference solution, same run; full points at 90%",
             ),
         ),
-        spot_error=exact_error,
         notebook="week2/day2_coalescing",
         correctness_cells={"test_transpose_visible": "visible", "test_transpose_hidden": "hidden"},
         draw_hidden=draw_hidden,

@@ -9,40 +9,10 @@ can hope for) and with the course's own padded kernel, both in the same run.
 
 from __future__ import annotations
 
-import math
 import random
 
-import torch
-
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
-
-
-def make_inputs(shape: Shape, seed: int, device: str) -> Inputs:
-    rows, cols = shape
-    generator = torch.Generator(device=device).manual_seed(seed)
-    return (torch.randn((rows, cols), generator=generator, device=device, dtype=torch.float32),)
-
-
-def reference(inputs: Inputs) -> torch.Tensor:
-    (x,) = inputs
-    return x.t().contiguous()
-
-
-# Held from import time (before any student code runs), so rebinding torch later cannot slow the baseline.
-_library_clone = torch.Tensor.clone
-_library_equal = torch.equal
-
-
-def torch_copy(inputs: Inputs) -> torch.Tensor:
-    """The bandwidth yardstick: torch copying the matrix (read once, write once, no transpose)."""
-    (x,) = inputs
-    return _library_clone(x)
-
-
-def exact_error(inputs: Inputs, out: torch.Tensor) -> float:
-    """0 when ``out`` is exactly ``x.T`` (a transpose moves bits, it rounds nothing), else infinity."""
-    (x,) = inputs
-    return 0.0 if out.shape == x.t().shape and _library_equal(out, x.t()) else math.inf
+from course.exercises import transpose
+from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
 
 
 def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
@@ -58,17 +28,7 @@ SPEC = register(
         id="w2d3.transpose_padded",
         title="Shared-memory transpose, padded against bank conflicts (Week 2, Day 3)",
         function="transpose_padded",
-        dims=("M", "N"),
-        precision="exact",
-        output_dtype=torch.float32,
-        make_inputs=make_inputs,
-        reference=reference,
-        baseline=torch_copy,
-        baseline_name="torch copy",
-        output_shape=lambda shape: (shape[1], shape[0]),
-        flops=lambda shape: 0.0,
-        bytes_moved=lambda shape: 2.0 * 4 * shape[0] * shape[1],
-        rate_unit="GB/s",
+        **transpose.fields(),
         # Not multiples of the 32-wide tile in either direction, single rows and columns, and wide and tall
         # matrices: a kernel without bounds checks, or with rows and columns swapped, fails these.
         visible_shapes=ShapeSet(
@@ -106,7 +66,6 @@ SPEC = register(
                 description="bandwidth as a fraction of the reference solution, same run; full points at 92%",
             ),
         ),
-        spot_error=exact_error,
         notebook="week2/day3_bank_conflicts",
         correctness_cells={"test_transpose_visible": "visible", "test_transpose_hidden": "hidden"},
         draw_hidden=draw_hidden,

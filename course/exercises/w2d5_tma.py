@@ -15,53 +15,19 @@ multiples of 8 (TMA, edges included: M, N or K no multiple of a tile) and some w
 from __future__ import annotations
 
 import random
-import secrets
 
 import torch
 
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
+from course.exercises import matmul
+from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
 
 # fp16 elements per 16 bytes: a row-major fp16 matrix can be described for TMA when its row length is a multiple.
 TMA_ALIGN_ELEMENTS = 8
 
 
-def make_inputs(shape: Shape, seed: int, device: str) -> Inputs:
-    m, n, k = shape
-    generator = torch.Generator(device=device).manual_seed(seed)
-    a = torch.randn((m, k), generator=generator, device=device, dtype=torch.float32).to(torch.float16)
-    b = torch.randn((k, n), generator=generator, device=device, dtype=torch.float32).to(torch.float16)
-    return a, b
-
-
-def reference(inputs: Inputs) -> torch.Tensor:
-    a, b = inputs
-    return a.double() @ b.double()
-
-
-# Held from import time (before any student code runs), so rebinding torch.mm later cannot slow the baseline.
-_library_mm = torch.mm
-
-
-def cublas_fp16(inputs: Inputs) -> torch.Tensor:
-    """cuBLAS HGEMM with fp32 accumulation throughout: the library doing exactly what the exercise asks."""
-    a, b = inputs
-    matmul_flags = torch.backends.cuda.matmul
-    previous = matmul_flags.allow_fp16_reduced_precision_reduction
-    matmul_flags.allow_fp16_reduced_precision_reduction = False
-    try:
-        return _library_mm(a, b)
-    finally:
-        matmul_flags.allow_fp16_reduced_precision_reduction = previous
-
-
-def freivalds_error(inputs: Inputs, out: torch.Tensor) -> float:
-    """||C x - A (B x)|| / ||A (B x)|| in fp64 for a fresh secret x: O(n^2), and any wrong region shows."""
-    a, b = inputs
-    generator = torch.Generator(device=out.device).manual_seed(secrets.randbits(63))
-    x = torch.randn((b.shape[1], 2), generator=generator, device=out.device, dtype=torch.float64)
-    expected = a.double() @ (b.double() @ x)
-    got = out.double() @ x
-    return float(torch.linalg.vector_norm(got - expected) / torch.linalg.vector_norm(expected))
+make_inputs = matmul.inputs_in(torch.float16)
+# cuBLAS HGEMM accumulating in fp32 throughout (reduced-precision reductions off): what the exercise asks.
+cublas_fp16 = matmul.library("allow_fp16_reduced_precision_reduction")
 
 
 def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
@@ -82,16 +48,12 @@ SPEC = register(
         id="w2d5.matmul_tma",
         title="fp16 matmul through TMA descriptors (Week 2, Day 5)",
         function="matmul_tma",
-        dims=("M", "N", "K"),
+        **matmul.fields(2),
         precision="fp16",
         output_dtype=torch.float16,
         make_inputs=make_inputs,
-        reference=reference,
         baseline=cublas_fp16,
         baseline_name="cuBLAS fp16",
-        output_shape=lambda shape: (shape[0], shape[1]),
-        flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
-        bytes_moved=lambda shape: 2.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
         # GPU: 512^3 and 1000 x 1032 x 520 go through TMA (the second with edge tiles in M, N and K, which TMA
         # zero-fills on load and clips on store); 1 x 300 x 257 has an odd K, so the fallback runs.
         visible_shapes=ShapeSet(
@@ -130,7 +92,6 @@ SPEC = register(
                 description="speed as a fraction of the reference solution, same run; full points at 85%",
             ),
         ),
-        spot_error=freivalds_error,
         notebook="week2/day5_tma",
         correctness_cells={"test_matmul_tma_visible": "visible", "test_matmul_tma_hidden": "hidden"},
         draw_hidden=draw_hidden,

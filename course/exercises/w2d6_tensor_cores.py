@@ -21,60 +21,20 @@ from collections.abc import Callable
 
 import torch
 
-# Day 7's checks serve here unchanged: Freivalds' test of timed outputs, and two odd hidden shapes per run
-# (each side 1, a prime or an odd size; at most 3001 on a GPU, 70 in the interpreter).
-from course.exercises.matmul_fp32 import draw_hidden, freivalds_error
+from course.exercises import matmul
+
+# Week 1 Day 7's hidden-shape rule serves here unchanged: two odd shapes per run (each side 1, a prime or an odd
+# size; at most 3001 on a GPU, 70 in the interpreter).
+from course.exercises.matmul_fp32 import draw_hidden
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
 
-# Held from import time (before any student code runs), so rebinding torch.mm later cannot slow the baselines.
-_library_mm = torch.mm
-_matmul_flags = torch.backends.cuda.matmul
+fp16_inputs = matmul.inputs_in(torch.float16)
+bf16_inputs = matmul.inputs_in(torch.bfloat16)
+# cuBLAS accumulating in fp32 only (reduced-precision reductions off): 16-bit in, 16-bit out.
+cublas_fp16 = matmul.library("allow_fp16_reduced_precision_reduction")
+cublas_bf16 = matmul.library("allow_bf16_reduced_precision_reduction")
 
 LARGE_K = 2**20 + 3  # the GPU's long reduction: an fp16 accumulator fails it, an fp32 one does not
-
-
-def _inputs(shape: Shape, seed: int, device: str, dtype: torch.dtype) -> Inputs:
-    """Standard normal values drawn in fp32 and rounded to ``dtype``: the exact values the reference multiplies."""
-    m, n, k = shape
-    generator = torch.Generator(device=device).manual_seed(seed)
-    a = torch.randn((m, k), generator=generator, device=device, dtype=torch.float32).to(dtype)
-    b = torch.randn((k, n), generator=generator, device=device, dtype=torch.float32).to(dtype)
-    return a, b
-
-
-def fp16_inputs(shape: Shape, seed: int, device: str) -> Inputs:
-    return _inputs(shape, seed, device, torch.float16)
-
-
-def bf16_inputs(shape: Shape, seed: int, device: str) -> Inputs:
-    return _inputs(shape, seed, device, torch.bfloat16)
-
-
-def reference(inputs: Inputs) -> torch.Tensor:
-    a, b = inputs
-    return a.double() @ b.double()
-
-
-def cublas_fp16(inputs: Inputs) -> torch.Tensor:
-    """cuBLAS HGEMM accumulating in fp32 only (reduced-precision reductions off): fp16 in, fp16 out."""
-    a, b = inputs
-    previous = _matmul_flags.allow_fp16_reduced_precision_reduction
-    _matmul_flags.allow_fp16_reduced_precision_reduction = False
-    try:
-        return _library_mm(a, b)
-    finally:
-        _matmul_flags.allow_fp16_reduced_precision_reduction = previous
-
-
-def cublas_bf16(inputs: Inputs) -> torch.Tensor:
-    """cuBLAS bf16 GEMM accumulating in fp32 only (reduced-precision reductions off): bf16 in, bf16 out."""
-    a, b = inputs
-    previous = _matmul_flags.allow_bf16_reduced_precision_reduction
-    _matmul_flags.allow_bf16_reduced_precision_reduction = False
-    try:
-        return _library_mm(a, b)
-    finally:
-        _matmul_flags.allow_bf16_reduced_precision_reduction = previous
 
 
 def fp16_accumulation_error(k: int, chunk: int) -> float:
@@ -133,21 +93,16 @@ def _spec(label: str, dtype: torch.dtype, make_inputs: Callable[[Shape, int, str
         id=f"w2d6.matmul_{label}",
         title=f"{label} matmul on tensor cores, fp32 accumulation (Week 2, Day 6)",
         function=f"matmul_{label}",
-        dims=("M", "N", "K"),
+        **matmul.fields(2),
         precision=label,
         output_dtype=dtype,
         make_inputs=make_inputs,
-        reference=reference,
         baseline=baseline,
         baseline_name=f"cuBLAS {label}",
-        output_shape=lambda shape: (shape[0], shape[1]),
-        flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
-        bytes_moved=lambda shape: 2.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
         visible_shapes=VISIBLE,
         hidden_shapes=HIDDEN,
         bench_shapes=BENCH,
         thresholds=_thresholds(label),
-        spot_error=freivalds_error,
         notebook="week2/day6_tensor_cores",
         correctness_cells={f"test_matmul_{label}_visible": "visible", f"test_matmul_{label}_hidden": "hidden"},
         draw_hidden=draw_hidden,
