@@ -8,7 +8,8 @@ the same seed for every run, into WORK/gpus-<set> (commas as underscores), while
 GPU's utilisation into WORK/gpus-<set>.smi.csv. The first set is the baseline: for each later set the script
 prints the wall time (the grader's own, from schedule.json), notebooks per hour, the speed-up, each GPU's mean
 utilisation over the run and the share of samples it was busy, how long each GPU was held alone and why it idled
-between holds (from schedule.json's timeline), the GPU-exclusive seconds per notebook, and every
+between holds (from schedule.json's timeline) with its pace per notebook and issue 16's class (300 x 14
+notebooks) extrapolated at that pace onto 1, 8 and 32 GPUs, the GPU-exclusive seconds per notebook, and every
 verdict and timing ratio that differs from the baseline's. Issue 21's targets close the output: identical
 verdicts, ratios within 3%, and the second set at least 1.8 times faster than the first.
 """
@@ -112,7 +113,7 @@ def report_lines(sets: list[str], runs: dict[str, dict[str, Any]], compared: dic
                          f"{u.samples} samples")
         if not data["utilisation"]:
             lines.append("  utilisation: not sampled")
-        lines.extend(tp.timeline_lines(tp.gpu_timelines(data["schedule"])))
+        lines.extend(tp.timeline_lines(tp.gpu_timelines(data["schedule"]), tp.gpu_periods(data["schedule"])))
     for gpus, c in compared.items():
         lines.append(f"--gpus {gpus} against --gpus {sets[0]}:")
         lines.append(f"  speed-up: {c['speed_up']:.2f}x" if c["speed_up"] else "  speed-up: no wall time")
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                          "run": d["run"], "schedule": d["schedule"],
                          "utilisation": [asdict(u) for u in d["utilisation"]],
                          "gpu_timelines": [asdict(t) for t in tp.gpu_timelines(d["schedule"])],
+                         "class_projection_seconds": tp.period_projection(tp.gpu_periods(d["schedule"])),
                          "stages": [asdict(s) for s in tp.stage_stats(d["records"])]} for g, d in runs.items()},
             "compared": compared}, indent=1, default=str), encoding="utf-8")
     return 0

@@ -422,6 +422,46 @@ def _active(spans: Sequence[tuple[float, float]], t: float) -> int:
     return sum(start <= t < end for start, end in spans)
 
 
+CLASS_NOTEBOOKS = 300 * 14  # issue 16's class: 300 students x the course's 14 notebooks
+
+
+@dataclass(frozen=True)
+class Period:
+    """A GPU's measured pace in a pipeline run: from its first hold to its last, ``seconds`` for ``holds``
+    judges (about one hold per notebook), after ``ramp`` seconds before its first hold."""
+
+    gpu: str
+    seconds: float
+    holds: int
+    ramp: float
+
+    @property
+    def per_notebook(self) -> float:
+        return self.seconds / self.holds if self.holds else math.inf
+
+
+def gpu_periods(schedule: dict[str, Any] | None) -> list[Period]:
+    """Each held GPU's pace (``Period``) from schedule.json's timeline."""
+    holds = ((schedule or {}).get("timeline") or {}).get("holds") or []
+    found = []
+    for gpu in sorted({str(h["gpu"]) for h in holds}, key=lambda g: (len(g), g)):
+        mine = sorted((h["start"], h["end"]) for h in holds if str(h["gpu"]) == gpu)
+        found.append(Period(gpu, mine[-1][1] - mine[0][0], len(mine), mine[0][0]))
+    return found
+
+
+def period_projection(periods: Sequence[Period], notebooks: int = CLASS_NOTEBOOKS,
+                      gpus: Sequence[int] = (1, 8, 32)) -> dict[int, float]:
+    """Seconds for ``notebooks`` on each count of GPUs at the run's measured pace: the longest ramp, then the
+    notebooks shared evenly, each GPU at the mean pace of the run's GPUs. An extrapolation: it assumes each
+    GPU keeps the cores per GPU of the measured host and the notebooks cost what the batch's did."""
+    if not periods:
+        return {}
+    pace = statistics.mean(p.per_notebook for p in periods)
+    ramp = max(p.ramp for p in periods)
+    return {g: ramp + notebooks * pace / g for g in gpus}
+
+
 def gpu_timelines(schedule: dict[str, Any] | None, step: float = 0.1) -> list[GpuTimeline]:
     """Each GPU's holds and the causes of its idle time between its first hold and its last, sampled every
     ``step`` seconds: the first cause that applies, in ``IDLE_CAUSES`` order ("judge preparing": a judge of
@@ -457,8 +497,9 @@ def gpu_timelines(schedule: dict[str, Any] | None, step: float = 0.1) -> list[Gp
     return found
 
 
-def timeline_lines(timelines: Sequence[GpuTimeline]) -> list[str]:
-    """One line per GPU: held share, first and last hold, and its idle seconds between them by cause."""
+def timeline_lines(timelines: Sequence[GpuTimeline], periods: Sequence[Period] = ()) -> list[str]:
+    """One line per GPU: held share, first and last hold, and its idle seconds between them by cause; then, from
+    ``periods``, the pace per notebook and the class of issue 16 projected at that pace."""
     lines = []
     for t in timelines:
         if t.first_hold is None:
@@ -467,4 +508,10 @@ def timeline_lines(timelines: Sequence[GpuTimeline]) -> list[str]:
         causes = ", ".join(f"{cause} {seconds:.0f} s" for cause, seconds in t.idle.items() if seconds >= 0.05)
         lines.append(f"  GPU {t.gpu}: held alone {t.held:.0f} s of {t.wall:.0f} s ({t.held_share:.0%}); first hold at "
                      f"{t.first_hold:.0f} s, last ended at {t.last_hold_end:.0f} s; idle between: {causes or 'none'}")
+    if periods:
+        paces = ", ".join(f"GPU {p.gpu} {p.per_notebook:.1f} s ({p.holds} holds)" for p in periods)
+        hours = ", ".join(f"{g} GPU{'s' if g > 1 else ''} {seconds / 3600:.1f} h"
+                          for g, seconds in period_projection(periods).items())
+        lines.append(f"  pace per notebook between first and last hold: {paces}; at that pace 300 x 14 notebooks "
+                     f"take {hours} (extrapolated from this batch)")
     return lines

@@ -77,3 +77,16 @@ def test_each_gpus_idle_time_between_holds_is_split_by_what_the_notebooks_were_d
     assert "held alone 3 s of 20 s (15%)" in lines[0] and "runs and builds only 3 s" in lines[0]
     assert lines[1] == "  GPU 1: never held by a judge"
     assert tp.gpu_timelines(None) == [] and tp.gpu_timelines({"wall_seconds": 5.0}) == []
+
+
+def test_a_gpus_pace_and_the_class_projected_at_it():
+    held = [("0", 10.0, 14.0), ("0", 15.0, 19.0), ("0", 20.0, 22.0), ("1", 12.0, 18.0)]
+    schedule = {"timeline": {"holds": [{"gpu": gpu, "start": start, "end": end} for gpu, start, end in held]}}
+    first, second = tp.gpu_periods(schedule)
+    assert (first.gpu, first.seconds, first.holds, first.ramp, first.per_notebook) == ("0", 12.0, 3, 10.0, 4.0)
+    assert (second.seconds, second.holds, second.ramp, second.per_notebook) == (6.0, 1, 12.0, 6.0)
+    # the longest ramp, then 4200 notebooks at the mean pace (5 s) shared among the GPUs
+    assert tp.period_projection([first, second], 4200, (1, 8)) == {1: 12.0 + 21000.0, 8: 12.0 + 2625.0}
+    assert tp.gpu_periods(None) == [] and tp.period_projection([]) == {}
+    line = tp.timeline_lines([], [first, second])[-1]
+    assert "GPU 0 4.0 s (3 holds)" in line and "8 GPUs 0.7 h" in line
