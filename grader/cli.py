@@ -84,7 +84,7 @@ def _is_terminal(stream) -> bool:  # noqa: ANN001
 def summary_table(all_results: list[NotebookResult]) -> str:
     """One line per notebook: earned points of the graded maximum, the points still pending, and the late penalty
     with the final score (when the term takes points off)."""
-    from grader.export import items_of
+    from grader.tables import items_of
 
     ordered = sorted(all_results, key=lambda r: (r.student.casefold(), r.student_id, r.assignment, r.notebook))
     student_width = max([len("student"), *(len(r.student) for r in ordered)]) + 2
@@ -173,8 +173,8 @@ def _apply_term(all_results: list[NotebookResult], out: Path, rules: Term) -> No
 
 def _report(all_results: list[NotebookResult], out: Path, rules: Term) -> None:
     from grader import upload
-    from grader.export import NBGRADER_CSV, export
     from grader.feedback import write_pages
+    from grader.tables import NBGRADER_CSV, export
 
     _apply_term(all_results, out, rules)
     written = export(all_results, out)
@@ -423,7 +423,7 @@ def _stored_results(args: argparse.Namespace) -> list[NotebookResult] | None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from grader.export import export
+    from grader.tables import export
 
     stored = _stored_results(args)
     if stored is None:

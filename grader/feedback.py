@@ -22,8 +22,8 @@ from pygments.formatters import HtmlFormatter
 
 from course.plot import gflops_vs_size
 from grader import overview, results
-from grader.export import items_of
 from grader.results import ItemResult, NotebookResult
+from grader.tables import items_of
 
 _templates = jinja2.Environment(loader=jinja2.PackageLoader("grader", "templates"),
                                 autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
@@ -143,11 +143,11 @@ def render_page(result: NotebookResult, index_href: str = "../../index.html", pn
 
 
 def _csv_links(out: Path) -> list[dict[str, str]]:
-    from grader import export
+    from grader import tables
 
-    files = [(getattr(export, "GRADES_CSV", "grades.csv"), "one row per graded item"),
-             (getattr(export, "STUDENTS_CSV", "students.csv"), "one row per student"),
-             (getattr(export, "WIDE_CSV", ""), "one row per student, one column per notebook"),
+    files = [(getattr(tables, "GRADES_CSV", "grades.csv"), "one row per graded item"),
+             (getattr(tables, "STUDENTS_CSV", "students.csv"), "one row per student"),
+             (getattr(tables, "WIDE_CSV", ""), "one row per student, one column per notebook"),
              ("gradebook.db", "nbgrader's gradebook")]
     return [{"name": name, "what": what} for name, what in files if name and (out / name).exists()]
 

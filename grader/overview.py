@@ -16,8 +16,8 @@ from typing import Any
 
 from course.plot import class_performance, pass_rates, score_distribution, to_png
 from grader import results
-from grader.export import items_of
 from grader.results import ItemResult, NotebookResult
+from grader.tables import items_of
 from grader.term import LATE, NO_TIME
 
 # Every notebook status the grader knows, in the order the overview lists them (those another version

@@ -24,7 +24,7 @@ import torch
 
 from course import cuda
 from course.plan import PLAN_VERSIONS, decode_value, describe_inputs, ttgir_digest
-from grader import build_cuda, compile_ttgir, tma
+from grader import build_cuda, compile_ttgir, tma_replay
 from grader.build_kernels import launch_key
 
 MAX_LAUNCHES = 64
@@ -46,7 +46,7 @@ class Kernels:
     compiled: dict[str, Any]
     digests: dict[str, str]
     errors: dict[str, str]
-    # launch key -> layout of each tensor-descriptor parameter, in order (grader.tma.adapt)
+    # launch key -> layout of each tensor-descriptor parameter, in order (grader.tma_replay.adapt)
     descriptors: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     functions: dict[tuple[str, str], cuda.Function] = field(default_factory=dict)  # CUDA: (key, name) -> kernel
     ttgir: dict[str, str] = field(default_factory=dict)  # launch key -> the TTGIR compiled (grader.ir_rules reads it)
@@ -96,11 +96,11 @@ def _load_triton(kernels: Kernels, key: str, entry: dict[str, Any], file: Path, 
     try:
         compiled = triton.compile(str(file), target=target)
         (kernels.loaded if hits.pop() else kernels.compiled_here).append(key)
-        kernels.descriptors[key] = tma.adapt(compiled, str(file))
+        kernels.descriptors[key] = tma_replay.adapt(compiled, str(file))
         kernels.compiled[key] = compiled
         kernels.digests[key] = ttgir_digest(text)
         kernels.ttgir[key] = text
-    except tma.DescriptorError as error:
+    except tma_replay.DescriptorError as error:
         kernels.errors[key] = f"the judge cannot replay kernel {entry.get('kernel')}: {error}"
     except Exception as error:  # a TTGIR the compiler refuses is reported, not raised
         kernels.errors[key] = compile_ttgir.compile_error(entry.get("kernel"), error)
@@ -280,12 +280,12 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
                                f"{len(compiled.src.signature)} parameters")
         if getattr(compiled.metadata, "profile_scratch_size", 0):
             raise Unreplayable(f"kernel {name} was compiled with profiling instrumentation")
-        scratch, needed = None, tma.scratch_bytes(compiled, grid)
+        scratch, needed = None, tma_replay.scratch_bytes(compiled, grid)
         if needed:
             scratch_total += needed
-            if scratch_total > min(tma.MAX_SCRATCH_BYTES, max_bytes):
-                raise Unreplayable(f"the call's kernels ask for more than {tma.MAX_SCRATCH_BYTES / 2**20:.0f} MiB "
-                                   "of global scratch")
+            if scratch_total > min(tma_replay.MAX_SCRATCH_BYTES, max_bytes):
+                limit_mib = tma_replay.MAX_SCRATCH_BYTES / 2**20
+                raise Unreplayable(f"the call's kernels ask for more than {limit_mib:.0f} MiB of global scratch")
             scratch = torch.empty(needed, dtype=torch.uint8, device="cuda")
         resolved.append((compiled, grid, arguments, scratch))
     output = output_view(buffers, plan.get("output"), output_dtype, output_shape)
@@ -310,7 +310,7 @@ def resolve_arguments(launch: dict[str, Any], pointer: Callable[[str, Any], list
         if kind.startswith("tensordesc") and "descriptor" in argument:
             try:
                 resolved.extend(descriptor(kind, argument["descriptor"]))
-            except tma.DescriptorError as error:
+            except tma_replay.DescriptorError as error:
                 raise Unreplayable(f"argument {str(argument.get('name'))[:40]}: {error}") from None
         elif kind.startswith("*") and "pointer" in argument:
             resolved.extend(pointer(kind, argument["pointer"]))
@@ -330,7 +330,7 @@ def _arguments(launch: dict[str, Any], buffers: dict[str, torch.Tensor], layouts
     # No layouts: the build has no TMA parameters, and a descriptor (if any) takes its pointer form.
     layout = iter(layouts) if layouts else itertools.repeat(None)
     return resolve_arguments(launch, lambda kind, where: [_pointer(buffers, where)],
-                             lambda kind, entry: tma.descriptor_arguments(buffers, entry, kind, next(layout)))
+                             lambda kind, entry: tma_replay.descriptor_arguments(buffers, entry, kind, next(layout)))
 
 
 def _cuda_launch(launch: dict[str, Any], kernels: Kernels, buffers: dict[str, torch.Tensor]) -> tuple[Any, ...]:
@@ -379,7 +379,7 @@ def launch(prepared: Prepared) -> torch.Tensor:
         if scratch is None:
             kernel[grid](*arguments)
             continue
-        token = _allocation._allocator.set(tma.Scratch(scratch))
+        token = _allocation._allocator.set(tma_replay.Scratch(scratch))
         try:
             kernel[grid](*arguments)
         finally:

@@ -14,7 +14,7 @@ An interpreted launch (``course.plan``) has no compiled kernel to compare with t
 needs none: the kernel replayed is the one the notebook's source defines under that name. A
 pointer becomes a 1-D view of the judge's buffer at the recorded byte offset, of the dtype the
 signature says; a host-side tensor descriptor a ``TensorDescriptor`` over such a view, once its
-whole view is checked to lie inside the buffer (``grader.tma``).
+whole view is checked to lie inside the buffer (``grader.tma_replay``).
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ def _descriptor(buffers: dict[str, torch.Tensor], kind: str, entry: Any) -> list
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from course import descriptors
-    from grader import tma
+    from grader import tma_replay
 
-    tma.descriptor_arguments(buffers, entry, kind, None)  # its checks (the pointer form it returns is a GPU's)
+    tma_replay.descriptor_arguments(buffers, entry, kind, None)  # its checks (the pointer form it returns is a GPU's)
     element, block = descriptors.parse_signature(kind)
     base = _view(buffers, entry["pointer"], element)
     return [TensorDescriptor(base, entry["shape"], entry["strides"], block, entry["padding"])]

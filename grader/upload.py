@@ -11,9 +11,9 @@ import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
-from grader.export import by_student, items_of, notebook_keys, points_text, write_csv
 from grader.feedback import page_path
 from grader.results import NotebookResult
+from grader.tables import by_student, items_of, notebook_keys, points_text, write_csv
 
 UPLOAD = "upload"
 CANVAS_CSV = "canvas-grades.csv"

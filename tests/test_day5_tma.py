@@ -20,7 +20,7 @@ import torch
 from course import descriptors, plan, spec
 from course.exercises import matmul
 from course.exercises import w2d5_tma as day5
-from grader import build_kernels, replay, tma
+from grader import build_kernels, replay, tma_replay
 
 KERNEL_CELL = '''
 import torch
@@ -326,7 +326,7 @@ def test_the_builder_compiles_a_descriptor_launch_to_tma_for_sm90(monkeypatch, t
         filled.append((address, layout["block_size"], shape, strides, padding))
         return "map"
 
-    monkeypatch.setattr(tma, "_fill_tma", fill)
+    monkeypatch.setattr(tma_replay, "_fill_tma", fill)
     arguments = replay._arguments(launch, buffers, kernels.descriptors[key])
     assert arguments == ["map", 40, 24, 24, 1] * 2 and len(arguments) == len(signature)
     assert filled[1][0] == buffers["alloc0"].data_ptr() and filled[0][2:] == ([40, 24], [24, 1], "zero")
@@ -383,9 +383,10 @@ def test_a_descriptor_of_another_element_size_than_its_build_is_refused():
     buffers = {"in0": torch.zeros(64 * 64, dtype=torch.float32)}
     entry = {"pointer": {"buffer": "in0", "offset": 0}, "shape": [64, 64], "strides": [64, 1],
              "block_shape": [16, 16], "padding": "zero"}
-    with pytest.raises(tma.DescriptorError, match="2-byte elements"):
-        tma.descriptor_arguments(buffers, entry, "tensordesc<fp32[16, 16]>", LAYOUT, fill=lambda *a: "map")
-    resolved = tma.descriptor_arguments(buffers, entry, "tensordesc<fp16[16, 16]>", LAYOUT, fill=lambda *a: "map")
+    with pytest.raises(tma_replay.DescriptorError, match="2-byte elements"):
+        tma_replay.descriptor_arguments(buffers, entry, "tensordesc<fp32[16, 16]>", LAYOUT, fill=lambda *a: "map")
+    resolved = tma_replay.descriptor_arguments(buffers, entry, "tensordesc<fp16[16, 16]>", LAYOUT,
+                                               fill=lambda *a: "map")
     assert resolved == ["map", 64, 64, 64, 1]
 
 
@@ -401,12 +402,12 @@ def test_the_builder_refuses_a_descriptor_signature_it_does_not_know(tmp_path):
 
 def test_scratch_is_bounded():
     buffer = torch.zeros(256, dtype=torch.uint8)
-    allocator = tma.Scratch(buffer)
+    allocator = tma_replay.Scratch(buffer)
     assert allocator(256, 16, None) is buffer
-    with pytest.raises(tma.DescriptorError, match="more than"):
+    with pytest.raises(tma_replay.DescriptorError, match="more than"):
         allocator(257, 16, None)
     fake = type("K", (), {"metadata": type("M", (), {"global_scratch_size": 128, "num_ctas": 1})()})()
-    assert tma.scratch_bytes(fake, (4, 2, 1)) == 1024
+    assert tma_replay.scratch_bytes(fake, (4, 2, 1)) == 1024
 
 
 # ---------------------------------------------------------------------------------------------- on a GPU

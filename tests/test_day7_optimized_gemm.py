@@ -21,7 +21,7 @@ from course import check, device, plan, plot, spec
 from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
 from course.exercises import w2d7_gemm_fp16 as day7
-from grader import build_kernels, compile_ttgir, replay, results, tma
+from grader import build_kernels, compile_ttgir, replay, results, tma_replay
 from grader.layout import REPO, SOLUTIONS
 
 ORDER = spec.get("w2d7.tile_order")
@@ -265,8 +265,8 @@ def test_the_biggest_reference_configurations_compile_for_sm90_and_fit_an_h100(t
     for kernel in compiled.values():
         assert kernel.metadata.shared <= H100_SHARED_BYTES
     # Device-side descriptors: three per program (A, B, C) in global scratch, which the judge allocates.
-    assert tma.scratch_bytes(compiled["matmul_tma_kernel"], (132, 1, 1)) == 132 * 3 * 128
-    assert tma.scratch_bytes(compiled["matmul_kernel"], (132, 1, 1)) == 0
+    assert tma_replay.scratch_bytes(compiled["matmul_tma_kernel"], (132, 1, 1)) == 132 * 3 * 128
+    assert tma_replay.scratch_bytes(compiled["matmul_kernel"], (132, 1, 1)) == 0
     ttgir = (tmp_path / "built" / index[build_kernels.launch_key(with_tma)]["file"]).read_text()
     assert "async_tma_copy_global_to_local" in ttgir
 

@@ -116,8 +116,8 @@ def test_performance_ranks_the_fast_student_above_the_slow_one(graded):
 
 def test_outputs_for_the_ta(graded):
     _, out, by_student, _, _ = graded
-    from grader.export import export
     from grader.feedback import write_pages
+    from grader.tables import export
 
     export(list(by_student.values()), out)
     index = write_pages(list(by_student.values()), out)

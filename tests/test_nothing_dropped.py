@@ -245,8 +245,8 @@ def test_names_and_messages_say_what_happened(batch):
 @pytest.mark.slow
 @pytest.mark.sandbox
 def test_every_submission_is_a_row_in_every_output(batch):
-    from grader.export import export
     from grader.feedback import write_pages
+    from grader.tables import export
 
     _, out, expected, by, _ = batch
     written = export(list(by.values()), out)
@@ -286,7 +286,7 @@ def test_the_gradebook_has_every_student_under_a_safe_id(batch):
 @pytest.mark.sandbox
 def test_stock_nbgrader_export_in_out_leaves_grades_csv_alone(batch):
     _, out, expected, by, _ = batch
-    from grader.export import export
+    from grader.tables import export
 
     written = export(list(by.values()), out)
     before = written.grades.read_bytes()

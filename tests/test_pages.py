@@ -26,8 +26,8 @@ import pytest
 
 from grader import demo, feedback, overview, results, sandbox
 from grader.cli import _Progress
-from grader.export import expected_items, items_of
 from grader.results import ItemResult, NotebookResult
+from grader.tables import expected_items, items_of
 
 CHROMIUM = next((path for path in (shutil.which("chromium"), "/usr/bin/chromium") if path and os.path.exists(path)),
                 None)

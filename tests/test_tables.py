@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 
 from grader import results
-from grader.export import (
+from grader.layout import safe_id
+from grader.results import ItemResult, NotebookResult
+from grader.tables import (
     GRADES_CSV,
     NBGRADER_CSV,
     STUDENT_COLUMNS,
@@ -13,8 +15,6 @@ from grader.export import (
     export,
     items_of,
 )
-from grader.layout import safe_id
-from grader.results import ItemResult, NotebookResult
 
 ASSIGNMENT, NOTEBOOK = "week1", "day7_fast_matmul"
 
