@@ -136,52 +136,6 @@ def explain(error: BaseException, block_m: int, block_n: int, block_k: int, stag
     return f"{type(error).__name__}: {str(error)[:300]}"
 
 
-# Compiles the course's matmul kernel for a given GPU and prints, as JSON, each stage count's shared memory
-# and how many of the PTX's instructions are asynchronous copies, wgmma multiplies and ordinary loads. It
-# runs in a process of its own: the Triton interpreter (no GPU) replaces parts of triton.language in the
-# notebook's process, so compiling there fails. The kernel signature is the course's (Week 1 Day 7 and this
-# day): three pointers, M, N, K, six strides, three block sizes. Contiguous inputs make stride_ak, stride_bn
-# and stride_cn equal to 1, which Triton compiles as constants; every other integer of a 4096-sized problem
-# is divisible by 16, which Triton records as an attribute.
-_COMPILE_SCRIPT = r"""
-import json, os, re, sys, tempfile
-import triton
-import triton.language as tl
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-
-job = json.load(sys.stdin)
-namespace = {"triton": triton, "tl": tl}
-with tempfile.TemporaryDirectory() as folder:
-    path = os.path.join(folder, "kernel.py")  # Triton reads a kernel's source from its file
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(job["source"])
-    exec(compile(job["source"], path, "exec"), namespace)
-    kernel = triton.jit(namespace[job["name"]])
-blocks = {"BLOCK_M": job["block_m"], "BLOCK_N": job["block_n"], "BLOCK_K": job["block_k"]}
-signature, constants, attrs = {}, {}, {}
-for i, name in enumerate(kernel.arg_names):
-    if name in blocks or name in ("stride_ak", "stride_bn", "stride_cn"):
-        signature[name] = "constexpr"
-        constants[(i,)] = blocks.get(name, 1)
-    else:
-        signature[name] = "*fp16" if name.endswith("_ptr") else "i32"
-        attrs[(i,)] = [["tt.divisibility", 16]]
-found = {}
-for stages in job["stages"]:
-    try:
-        compiled = triton.compile(ASTSource(kernel, signature, constants, attrs),
-                                  target=GPUTarget("cuda", job["arch"], 32),
-                                  options={"num_warps": job["num_warps"], "num_stages": stages})
-        ptx = compiled.asm["ptx"]
-        found[str(stages)] = {"shared": int(compiled.metadata.shared),
-                              "cp_async": len(re.findall(r"\bcp\.async\.c[ag]\.", ptx)),
-                              "wgmma": len(re.findall(r"\bwgmma\.mma_async\.", ptx)),
-                              "ld_global": len(re.findall(r"\bld\.global\.", ptx))}
-    except Exception as error:
-        found[str(stages)] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
-print(json.dumps(found))
-"""
 COURSE_ARGUMENTS = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn",
                     "stride_cm", "stride_cn", "BLOCK_M", "BLOCK_N", "BLOCK_K"]
 
@@ -199,36 +153,36 @@ class Compiled:
 def compile_matmul(kernel: Any, block_m: int, block_n: int, block_k: int, num_warps: int, stages: Sequence[int],
                    arch: int = 90, timeout: float = 180.0) -> dict[int, Compiled | str]:
     """Compile the course's fp16 matmul kernel for an NVIDIA GPU of compute capability ``arch`` (90: H100) at each
-    stage count, no GPU needed; a stage count that does not compile maps to the reason.
+    stage count, no GPU needed (``course.sm90.compile_in_child``); a stage count that does not compile maps to
+    the reason.
 
-    ``kernel`` is the notebook's ``@triton.jit`` function (compiled or interpreted); the problem is a
-    4096-sized one with contiguous fp16 inputs. Raises ValueError when the kernel does not have the
-    course's arguments, RuntimeError when the compiler process fails.
+    ``kernel`` is the notebook's ``@triton.jit`` function (compiled or interpreted); the problem is a 4096-sized
+    one with contiguous fp16 inputs: stride_ak, stride_bn and stride_cn are 1, which Triton compiles as
+    constants, and every other integer is divisible by 16, which Triton records as an attribute. Raises
+    ValueError when the kernel does not have the course's arguments, RuntimeError when the compiler process fails.
     """
     import inspect
-    import json
-    import os
     import re
-    import subprocess
-    import sys
-    import textwrap
 
-    fn = getattr(kernel, "fn", kernel)
-    names = list(inspect.signature(fn).parameters)
+    from course import sm90
+
+    names = list(inspect.signature(getattr(kernel, "fn", kernel)).parameters)
     if names != COURSE_ARGUMENTS:
         raise ValueError(f"the kernel's arguments are {names}, not the course's {COURSE_ARGUMENTS}")
-    source = textwrap.dedent(inspect.getsource(fn))
-    source = source[re.search(r"^def\s", source, re.MULTILINE).start():]  # without its decorators
-    job = {"source": source, "name": fn.__name__, "block_m": block_m, "block_n": block_n, "block_k": block_k,
-           "num_warps": num_warps, "stages": list(stages), "arch": arch}
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    done = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT], input=json.dumps(job), capture_output=True,
-                          text=True, env=env, timeout=timeout, check=False)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"the compiler process failed: {last[:300]}")
-    found = json.loads(done.stdout.strip().splitlines()[-1])
-    return {int(s): Compiled(**value) if isinstance(value, dict) else str(value) for s, value in found.items()}
+    constants = {"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k,
+                 "stride_ak": 1, "stride_bn": 1, "stride_cn": 1}
+    signature = {n: "constexpr" if n in constants else "*fp16" if n.endswith("_ptr") else "i32" for n in names}
+    cases = [sm90.Specialisation(str(s), signature, constants, {"num_warps": num_warps, "num_stages": s},
+                                 [n for n in names if n not in constants]) for s in stages]
+    made = sm90.compile_in_child(kernel, cases, arch, timeout)
+
+    def summary(m: sm90.Made) -> Compiled | str:
+        if m.error:
+            return m.error
+        return Compiled(m.shared, len(re.findall(r"\bcp\.async\.c[ag]\.", m.ptx)),
+                        len(re.findall(r"\bwgmma\.mma_async\.", m.ptx)), len(re.findall(r"\bld\.global\.", m.ptx)))
+
+    return {int(label): summary(m) for label, m in made.items()}
 
 
 def shared_memory_table(smem_bytes: Callable[..., int], block_m: int, block_n: int, block_k: int,

@@ -184,26 +184,12 @@ def test_device_synchronize_waits_for_the_simulated_device_on_a_cpu():
 
 
 def test_the_spin_kernel_compiles_for_an_h100_to_a_loop_on_the_nanosecond_clock():
-    # In a process of its own: once a test has switched this one to Triton's interpreter, compiling fails.
-    import subprocess
-    import sys
+    from course import sm90
 
-    program = """
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.runtime.jit import JITFunction
-from course import async_work
-fn = JITFunction(async_work.spin_body, **async_work.SPIN_JIT_OPTIONS)
-source = ASTSource(fn=fn, signature={"out_ptr": "*i64", "duration_ns": "i32"}, constexprs={})
-print(triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 1}).asm["ptx"])
-"""
-    import os
-
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False,
-                          env={**os.environ, "TRITON_INTERPRET": "0"})
-    assert done.returncode == 0, done.stderr[-2000:]
-    ptx = done.stdout
+    case = sm90.Specialisation("spin", {"out_ptr": "*i64", "duration_ns": "i32"}, {}, {"num_warps": 1})
+    made = sm90.compile_in_child(async_work.spin_body, [case])["spin"]
+    assert made.error is None, made.error
+    ptx = made.ptx
     body = ptx[ptx.index(".entry"):]
     loop = body[body.index("Loop Header"):]
     assert body.count("%globaltimer") == 2  # read once before the loop and again inside it
