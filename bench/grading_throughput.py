@@ -13,11 +13,12 @@ around it). Both runs use the same seed; ``--grade-args`` goes to the pipeline r
 A run's wall time is its schedule.json's (the grader's own, around its scheduler: on a GPU the reference
 solutions' runs included) where the grader wrote one, else the time measured around the grader.
 
-Prints one table of per-stage seconds per run, one comparison block (verdicts, timing ratios, GPU-exclusive
-seconds, issue 16's targets) and one projection block: the wall time of a class (300 students x the course's 14
-days by default) on 1 GPU, one 8-GPU node and a Slurm cluster of 4 such nodes. The model is in
-bench/throughput.py's docstring and is printed with its parameters; every number in it is measured or one of
-them. Notebooks not measured are extrapolated from the measured ones, and the output names them.
+Prints one table of per-stage seconds per run (with, for a pipeline run, each GPU's holds, why it idled
+between them and its pace per notebook, from schedule.json's timeline), one comparison block (verdicts, timing
+ratios, GPU-exclusive seconds, issue 16's targets) and one projection block: the wall time of a class (300
+students x the course's 14 days by default) on 1 GPU, one 8-GPU node and a Slurm cluster of 4 such nodes. The
+model is in bench/throughput.py's docstring and is printed with its parameters; every number in it is measured
+or one of them. Notebooks not measured are extrapolated from the measured ones, and the output names them.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ def mode_block(mode: str, data: dict[str, Any]) -> list[str]:
     never = tp.stages_never_recorded(records)
     if never:
         lines.append(f"  not recorded by any result (absent, not zero): {', '.join(never)}")
+    lines.extend(tp.timeline_lines(tp.gpu_timelines(schedule), tp.gpu_periods(schedule)))
     return lines
 
 

@@ -216,8 +216,10 @@ def _graded_work(work: Path, pipeline_scores: dict[str, float | None], pipeline_
         write_result(out, "fast_correct-c1", DAY1, status="missing", scores={})
         (work / f"{mode}.json").write_text(json.dumps({"command": ["x"], "returncode": 0, "wall_seconds": wall + 5}))
         if mode == "pipeline":
+            holds = [{"gpu": "0", "start": 10.0, "end": 18.0}, {"gpu": "0", "start": 20.0, "end": 28.0}]
             (out / "schedule.json").write_text(json.dumps({"schedule": "pipeline", "wall_seconds": wall, "notebooks": 2,
-                                                           "limits": {"gpus": ["0"], "runs": 4, "builds": 4}}))
+                                                           "limits": {"gpus": ["0"], "runs": 4, "builds": 4},
+                                                           "timeline": {"stages": [], "holds": holds}}))
 
 
 def test_the_script_reports_both_runs_their_differences_targets_and_projection(tmp_path, capsys):
@@ -227,6 +229,8 @@ def test_the_script_reports_both_runs_their_differences_targets_and_projection(t
     assert "serial: 2 x week1/day7_fast_matmul; wall 105.0 s (measured around the grader" in printed
     assert "pipeline: 2 x week1/day7_fast_matmul; wall 40.0 s (the grader's schedule.json; 45.0 s" in printed
     assert "180 notebooks/h" in printed  # 2 in 40 s
+    assert "GPU 0: held alone 16 s of 40 s (40%); first hold at 10 s" in printed  # the pipeline's timeline
+    assert "pace per notebook between first and last hold: GPU 0 9.0 s (2 holds)" in printed
     assert "not recorded by any result (absent, not zero): replay, gpu_exclusive, gpu_wait, frozen" in printed
     assert "verdicts: 1 DIFFER" in printed and "fast_correct-c2 week1/day7_fast_matmul test_a: 2.0 -> 0.0" in printed
     assert "largest difference 2.0%" in printed
