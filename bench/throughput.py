@@ -440,14 +440,19 @@ class Period:
         return self.seconds / self.holds if self.holds else math.inf
 
 
+def _holds_by_gpu(schedule: dict[str, Any] | None) -> dict[str, list[tuple[float, float]]]:
+    """schedule.json's holds as (start, end) in time order, per GPU, the GPUs in index order (the run's listed GPUs
+    included, with none)."""
+    holds = ((schedule or {}).get("timeline") or {}).get("holds") or []
+    listed = ((schedule or {}).get("limits") or {}).get("gpus") or []
+    gpus = sorted({str(h["gpu"]) for h in holds} | {str(g) for g in listed}, key=lambda g: (len(g), g))
+    return {gpu: sorted((h["start"], h["end"]) for h in holds if str(h["gpu"]) == gpu) for gpu in gpus}
+
+
 def gpu_periods(schedule: dict[str, Any] | None) -> list[Period]:
     """Each held GPU's pace (``Period``) from schedule.json's timeline."""
-    holds = ((schedule or {}).get("timeline") or {}).get("holds") or []
-    found = []
-    for gpu in sorted({str(h["gpu"]) for h in holds}, key=lambda g: (len(g), g)):
-        mine = sorted((h["start"], h["end"]) for h in holds if str(h["gpu"]) == gpu)
-        found.append(Period(gpu, mine[-1][1] - mine[0][0], len(mine), mine[0][0]))
-    return found
+    return [Period(gpu, mine[-1][1] - mine[0][0], len(mine), mine[0][0])
+            for gpu, mine in _holds_by_gpu(schedule).items() if mine]
 
 
 def period_projection(periods: Sequence[Period], notebooks: int = CLASS_NOTEBOOKS,
@@ -469,9 +474,7 @@ def gpu_timelines(schedule: dict[str, Any] | None, step: float = 0.1) -> list[Gp
     for a judge slot or its reference; "runs and builds only": some notebook is in its run or build)."""
     ran = (schedule or {}).get("timeline") or {}
     wall = float((schedule or {}).get("wall_seconds") or 0.0)
-    stages, holds = ran.get("stages") or [], ran.get("holds") or []
-    gpus = sorted({str(h["gpu"]) for h in holds} | {str(g) for g in ((schedule or {}).get("limits") or {})
-                                                     .get("gpus") or []}, key=lambda g: (len(g), g))
+    stages = ran.get("stages") or []
     by_label: dict[str, dict[str, dict[str, Any]]] = {}
     for event in stages:
         by_label.setdefault(event["label"], {})[event["stage"]] = event
@@ -479,8 +482,7 @@ def gpu_timelines(schedule: dict[str, Any] | None, step: float = 0.1) -> list[Gp
                for e in by_label.values() if "build" in e]
     busy = [(e["start"], e["end"]) for e in stages if e["stage"] in ("run", "build")]
     found = []
-    for gpu in gpus:
-        held = sorted((h["start"], h["end"]) for h in holds if str(h["gpu"]) == gpu)
+    for gpu, held in _holds_by_gpu(schedule).items():
         judging = [(e["start"], e["end"]) for e in stages if e["stage"] == "judge" and str(e["gpu"]) == gpu]
         idle = dict.fromkeys(IDLE_CAUSES, 0.0)
         if held:

@@ -522,7 +522,9 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
 
     student_export = read_export(Path(job["export"]))
     reference_export = read_export(Path(job["reference"]["export"])) if job.get("reference") else {}
-    WATCH.device()  # nothing before this line touches the GPU: a judge preparing beside another's timing is let be
+    # Until here no CUDA context and no GPU work (importing course asks the driver whether a GPU exists, nothing
+    # more): a judge preparing beside another's timing is let be.
+    WATCH.device()
     device.configure("gpu")
     started = time.perf_counter()
     student_kernels = replay.load_kernels(Path(job["built"]))
