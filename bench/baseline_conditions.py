@@ -5,8 +5,9 @@
 
 Issue 16 found cuBLAS fp32 at 3000x2000x1500 timed 3.5-4.1% slower in pipeline grading runs than in one-at-a-time
 runs, while Triton kernels timed in the same holds moved by less than 1%. This script looks for the cause. Each
-measurement is a new process that calls ``grader.judge.time_baseline`` (what the judge's ``Baselines`` calls),
-under one condition at a time, in rounds, so drift over the session shows up as a difference between rounds:
+measurement is a new process that times the library alone, with the repeat rules the judge used for it until it
+timed the library in the same rounds as the plans (``course.bench.time_calls``, 2-12 s, 1% spread), under one
+condition at a time, in rounds, so drift over the session shows up as a difference between rounds:
 
 - ``alone``: nothing else on the GPU;
 - ``idle_contexts``: ``--others`` processes each hold a CUDA context and 2 GiB, doing nothing;
@@ -38,9 +39,14 @@ MEASURE = """
 import json, sys
 sys.path.insert(0, {repo!r})
 from course import spec as registry
-from grader.judge import time_baseline
+from course import bench
 spec = registry.get({spec!r})
-print(json.dumps({{'x'.join(map(str, s)): time_baseline(spec, s, 1234) for s in {shapes!r}}}))
+
+def library_ms(shape):
+    return bench.time_calls(lambda *inputs: spec.baseline(inputs), lambda j: spec.make_inputs(shape, 1241 + j, "cuda"),
+                            warmup=1, min_seconds=2.0, max_seconds=12.0, target_spread=0.01).median_ms
+
+print(json.dumps({{'x'.join(map(str, s)): library_ms(s) for s in {shapes!r}}}))
 """
 
 OTHER = """

@@ -122,12 +122,44 @@ def require_gpu() -> None:
         raise RuntimeError(NO_GPU)
 
 
+@dataclass
+class Timed:
+    """One callable of a timing: ``fn(*make_args(i))`` (or ``fn(*args)``), each output checked by
+    ``after(args, out, i)``."""
+
+    fn: Callable[..., Any]
+    make_args: Callable[[int], tuple] | None = None
+    args: tuple = ()
+    after: Callable[[tuple, Any, int], None] | None = None
+
+    def arguments(self, i: int) -> tuple:
+        return self.args if self.make_args is None else self.make_args(i)
+
+
 def time_calls(
     fn: Callable[..., Any],
     make_args: Callable[[int], tuple] | None = None,
     *,
     args: tuple = (),
     after: Callable[[tuple, Any, int], None] | None = None,
+    **rules: Any,
+) -> Timing:
+    """Times of ``fn(*make_args(i))`` (or ``fn(*args)``), each call alone on a synchronised device.
+
+    ``make_args(i)`` runs outside the timed region (fresh inputs per timed call); ``after(args, out, i)``
+    checks each output, also outside it. Inside an active ``Guard`` this harness work is trusted,
+    and only the call itself is watched. ``rules``: ``time_interleaved``'s repeat rules.
+    """
+    timing = time_interleaved([Timed(fn, make_args, args, after)], **rules)[0]
+    if isinstance(timing, BaseException):
+        raise timing
+    return timing
+
+
+def time_interleaved(
+    entries: Sequence[Timed],
+    *,
+    drop_on: tuple[type[Exception], ...] = (),
     warmup: int = 3,
     warmup_ms: float = 100.0,
     min_repeats: int = 10,
@@ -135,52 +167,74 @@ def time_calls(
     target_spread: float = 0.03,
     min_seconds: float = 0.5,
     max_seconds: float = 3.0,
-) -> Timing:
-    """Times of ``fn(*make_args(i))`` (or ``fn(*args)``), each call alone on a synchronised device.
+) -> list[Timing | Exception]:
+    """Times of several callables measured in turn, one call of each per round, each call alone on a
+    synchronised device (as ``time_calls``).
 
-    ``make_args(i)`` runs outside the timed region (fresh inputs per timed call); ``after(args, out, i)``
-    checks each output, also outside it. Inside an active ``Guard`` this harness work is trusted,
-    and only the call itself is watched.
+    A GPU's clocks drift by a few percent within seconds, so two things timed one after the other can differ
+    by more than their own spread; timed in the same rounds, a drift moves them alike and their ratio holds.
+    An entry whose arguments or call raise one of ``drop_on`` leaves the rounds with that exception in its
+    place; the others go on. Repeats end when every entry has ``min_repeats`` over ``min_seconds`` and each
+    spread is within ``target_spread``, or after ``max_seconds``.
     """
     require_gpu()
     with trusted():  # the harness's own buffers and matmuls, even when called under a guard
         flusher, heater = _get_flusher(), _get_heater()
-    fixed = args if make_args is None else None
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times: list[list[float]] = [[] for _ in entries]
+    dropped: dict[int, Exception] = {}
+
+    def attempt(k: int, work: Callable[[], Any]) -> tuple[bool, Any]:
+        try:
+            return True, work()
+        except drop_on as error:
+            dropped[k] = error
+            return False, None
+
     # Warm up for at least `warmup` calls and `warmup_ms`: compilation, and the GPU's clocks, which
     # start low after an idle moment and would otherwise slow the first timed calls.
-    with trusted():
-        warm_args = fixed if fixed is not None else make_args(-1)
-    warm_began, calls = time.perf_counter(), 0
-    while calls < warmup or (time.perf_counter() - warm_began) * 1e3 < warmup_ms:
-        fn(*warm_args)
+    for k, entry in enumerate(entries):
         with trusted():
-            torch.cuda.synchronize()
-        calls += 1
-    times: list[float] = []
+            ok, warm_args = attempt(k, lambda e=entry: e.arguments(-1))
+        warm_began, calls = time.perf_counter(), 0
+        while ok and (calls < warmup or (time.perf_counter() - warm_began) * 1e3 < warmup_ms / len(entries)):
+            ok, _ = attempt(k, lambda e=entry, a=warm_args: e.fn(*a))
+            with trusted():
+                torch.cuda.synchronize()
+            calls += 1
     began = time.perf_counter()
-    while len(times) < max_repeats:
-        with trusted():
-            call_args = fixed if fixed is not None else make_args(len(times))
-            torch.cuda.synchronize()
-            heater.run()
-            flusher.flush()
-        start.record()
-        out = fn(*call_args)
-        end.record()
-        with trusted():
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-            if after is not None:
-                after(call_args, out, len(times) - 1)
-        del out
+    while True:
+        live = [k for k in range(len(entries)) if k not in dropped]
+        if not live or all(len(times[k]) >= max_repeats for k in live):
+            break
+        for k in live:
+            entry, i = entries[k], len(times[k])
+            with trusted():
+                ok, call_args = attempt(k, lambda e=entry, j=i: e.arguments(j))
+                if not ok:
+                    continue
+                torch.cuda.synchronize()
+                heater.run()
+                flusher.flush()
+            start.record()
+            ok, out = attempt(k, lambda e=entry, a=call_args: e.fn(*a))
+            end.record()
+            with trusted():
+                torch.cuda.synchronize()
+                if not ok:
+                    continue
+                times[k].append(start.elapsed_time(end))
+                if entry.after is not None:
+                    entry.after(call_args, out, i)
+            del out
         # A GPU under heavy load moves its clocks within tens of milliseconds (power and heat), so the
         # repeats span at least `min_seconds` before the spread may end them.
         elapsed = time.perf_counter() - began
-        enough = len(times) >= min_repeats and elapsed >= min_seconds
-        if enough and (Timing(times).spread <= target_spread or elapsed > max_seconds):
+        live = [k for k in live if k not in dropped]
+        enough = all(len(times[k]) >= min_repeats for k in live) and elapsed >= min_seconds
+        if enough and (all(Timing(times[k]).spread <= target_spread for k in live) or elapsed > max_seconds):
             break
-    return Timing(times)
+    return [dropped.get(k) or Timing(times[k]) for k in range(len(entries))]
 
 
 def agreement_with_do_bench(n: int = 4096, rounds: int = 3) -> dict[str, float]:

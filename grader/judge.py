@@ -536,12 +536,7 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
     verdict["judge_kernels"] = {"loaded": sum(len(k.loaded) for k in loads),
                                 "compiled": sum(len(k.compiled_here) for k in loads)}
     stream = torch.cuda.Stream()
-    baselines = Baselines(Path(job["baselines"]), job["run_seed"]) if job.get("baselines") else None
     with WATCH.alone(), torch.cuda.stream(stream):
-        if baselines is not None:  # timed before any student kernel runs here
-            WATCH.step(None, "the library's baselines", None)
-            baselines.fill([(specs.get(j["spec"]), tuple(shape)) for j in job["kernels"]
-                            for shape in j["bench_shapes"]])
         for spec_job in job["kernels"]:
             spec = specs.get(spec_job["spec"])
             try:
@@ -549,7 +544,7 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
                     kernel = _judge_host(spec, spec_job, student_export, Path(job["export"]) / "arrays", "cuda")
                 else:
                     kernel = _judge_spec(spec, spec_job, job, student_export, student_kernels,
-                                         reference_export, reference_kernels, baselines)
+                                         reference_export, reference_kernels)
             except Exception as error:  # the judge's own fault, never the student's: a grader_error
                 _record_fault(verdict, f"judging {spec.id}", error)
                 continue
@@ -562,8 +557,7 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
 
 
 def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export: dict[str, Any],
-                kernels: Any, reference_export: dict[str, Any], reference_kernels: Any,
-                baselines: Baselines | None = None) -> dict[str, Any]:
+                kernels: Any, reference_export: dict[str, Any], reference_kernels: Any) -> dict[str, Any]:
     import torch
 
     from course import plan as plan_module
@@ -642,67 +636,70 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
         if broken:
             row["error"] = message
             continue
-        row["student_ms"], row["error"] = (None, f"not timed: {message}") if not passed else \
-            _time_plan(spec, plan, kernels, shape, seed, replay_limit(job, spec, shape))
-        row["baseline_ms"] = baselines.get(spec, shape) if baselines is not None else \
-            time_baseline(spec, shape, seed)
         reference_plan = (reference_calls.get(key) or {}).get("plan") if isinstance(reference_calls, dict) else None
-        if reference_kernels is not None and reference_plan is not None:
-            row["reference_ms"], reference_error = _time_plan(spec, reference_plan, reference_kernels, shape, seed + 3)
+        if reference_kernels is None:
+            reference_plan = None
+        timed = _time_row(spec, shape, plan if passed else None, kernels, reference_plan, reference_kernels, seed,
+                          replay_limit(job, spec, shape))
+        row["student_ms"], row["error"] = timed["student"] if passed else (None, f"not timed: {message}")
+        row["baseline_ms"] = timed["library"][0]
+        if reference_plan is not None:
+            row["reference_ms"], reference_error = timed["reference"]
             if reference_error:
                 row["reference_error"] = reference_error
     return {"sets": sets, "bench": {"measured": True, "rows": rows, "broken": broken}}
 
 
-def time_baseline(spec: Any, shape: tuple[int, ...], seed: int) -> float:
-    """Median ms of the spec's library baseline at ``shape`` (fresh inputs for every call). Timed once per GPU and
-    run, and every student's ratio rests on it, so it gets four times the default's repeats and a tighter spread."""
+def _time_row(spec: Any, shape: tuple[int, ...], plan: Any, kernels: Any, reference_plan: Any, reference_kernels: Any,
+              seed: int, limit: float | None) -> dict[str, tuple[float | None, str | None]]:
+    """Median ms (or why not) of the student's plan, the reference solution's plan and the library at ``shape``,
+    timed in the same rounds (``course.bench.time_interleaved``): a drift of the GPU's clocks within the hold
+    moves all three alike, so their ratios hold. A plan of None is not timed. Every call gets fresh inputs, and
+    each plan's outputs are spot-checked.
+
+    ``limit``: the seconds each plan's call (with its check) may take before the watchdog stops the judge.
+    """
     from course import bench
+    from grader import replay
 
-    return bench.time_calls(lambda *inputs: spec.baseline(inputs),
-                            lambda j: spec.make_inputs(shape, seed + 7 + j, "cuda"), warmup=1,
-                            min_seconds=2.0, max_seconds=12.0, target_spread=0.01).median_ms
+    entries: dict[str, bench.Timed] = {}
+    failures: dict[str, list[str]] = {}
+    if plan is not None:
+        entries["student"] = _plan_entry(spec, plan, kernels, shape, seed, limit, failures.setdefault("student", []))
+    if reference_plan is not None:
+        entries["reference"] = _plan_entry(spec, reference_plan, reference_kernels, shape, seed + 3, limit,
+                                           failures.setdefault("reference", []))
+
+    def library_inputs(j: int) -> tuple:
+        WATCH.step(spec.id, f"the library at {spec.shape_label(shape)}", None)
+        return spec.make_inputs(shape, seed + 7 + j, "cuda")
+
+    entries["library"] = bench.Timed(lambda *inputs: spec.baseline(inputs), library_inputs)
+    try:
+        timings = bench.time_interleaved(list(entries.values()), drop_on=(replay.Unreplayable, ValueError),
+                                         warmup=1, min_seconds=1.0, max_seconds=6.0)
+    finally:
+        WATCH.step(spec.id, "timed", None)
+    timed: dict[str, tuple[float | None, str | None]] = {}
+    for name, timing in zip(entries, timings, strict=True):
+        if name == "library" and isinstance(timing, Exception):
+            raise timing  # the library's own call failing is the grader's fault, not the student's
+        if isinstance(timing, Exception):
+            timed[name] = None, f"not timed: {timing}"
+        elif failures.get(name):
+            timed[name] = None, failures[name][0]
+        else:
+            timed[name] = timing.median_ms, None
+    return timed
 
 
-class Baselines:
-    """The library's times on this GPU in this grading run, one per spec and shape, shared by its judges.
-
-    A library call's time does not depend on whose notebook is judged, so it is timed once per GPU and run: by the
-    first judge that needs it, with the GPU held alone and before any student kernel runs in that judge (``fill``).
-    The judges of one GPU take turns at the gate, so one writes at a time. The student's and the reference
-    solution's plans are still timed beside each other in every judge.
-    """
-
-    def __init__(self, folder: Path, seed: int) -> None:
-        self.folder, self.seed = folder, seed
-
-    def _path(self, spec: Any, shape: tuple[int, ...]) -> Path:
-        return self.folder / f"{spec.id}-{'x'.join(map(str, shape))}.json"
-
-    def fill(self, specs_and_shapes: list[tuple[Any, tuple[int, ...]]]) -> None:
-        for spec, shape in specs_and_shapes:
-            if not self._path(spec, shape).exists():
-                ms = time_baseline(spec, shape, derive_seed(self.seed, "baseline", spec.id, shape))
-                results.write_json_atomic(self._path(spec, shape), {"median_ms": ms})
-
-    def get(self, spec: Any, shape: tuple[int, ...]) -> float:
-        path = self._path(spec, shape)
-        if not path.exists():
-            self.fill([(spec, shape)])
-        return float(results.read_json(path)["median_ms"])
-
-
-def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...], seed: int,
-               limit: float | None = None) -> tuple[float | None, str | None]:
-    """Median ms of the plan with fresh inputs for every call, each output spot-checked; or why not.
-
-    ``limit``: the seconds each call (with its check) may take before the watchdog stops the judge.
-    """
+def _plan_entry(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...], seed: int, limit: float | None,
+                failures: list[str]) -> Any:
+    """A replayed plan as one entry of an interleaved timing; a wrong timed output is added to ``failures``."""
     from course import bench
     from course.check import relative_error
     from grader import replay
 
-    failures: list[str] = []
     out_shape = tuple(spec.output_shape(shape))
 
     def make_args(i: int) -> tuple:
@@ -720,15 +717,7 @@ def _time_plan(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...], seed:
         if not error <= spec.tolerance:
             failures.append(f"timed call {i} returned a wrong result (relative error {error:.2e})")
 
-    try:
-        timing = bench.time_calls(replay.launch, make_args, after=after, warmup=1)
-    except (replay.Unreplayable, ValueError) as problem:
-        return None, f"not timed: {problem}"
-    finally:
-        WATCH.step(spec.id, "timed", None)
-    if failures:
-        return None, failures[0]
-    return timing.median_ms, None
+    return bench.Timed(replay.launch, make_args, after=after)
 
 
 def judge(job: dict[str, Any]) -> dict[str, Any]:

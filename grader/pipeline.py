@@ -65,7 +65,6 @@ RECORDING_CELL = "recording"
 JUDGE_MODULE = "grader.judge"
 REPLAY_START_SECONDS = 120.0  # a CPU replay's sandbox and imports, on a loaded machine
 RUNS_PER_GPU = 6  # sandboxed runs sharing one GPU by default: paused while judges time, about half the time
-BASELINES = "baselines"  # in OUT: this run's library timings (grader.judge.Baselines)
 COMPILE_SECONDS = 600.0  # the TTGIR compile stage's limit, as the build's (its failure only costs the judge time)
 
 
@@ -253,7 +252,6 @@ class Task:
     bench_only: bool = False
     gpu: str | None = None
     judge_cache: Path | None = None
-    baselines: Path | None = None  # the run's library timings, one folder per GPU (grader.judge.Baselines)
 
 
 @dataclass
@@ -283,8 +281,6 @@ def grader_environment(env: dict[str, str]) -> dict[str, str]:
 
 
 def _judge(task: Task, judge_job: dict[str, Any], gpu: str, gate: GpuGate | None) -> dict[str, Any]:
-    if task.settings.device == "gpu" and task.baselines is not None:
-        judge_job = {**judge_job, "baselines": str(task.baselines / (gpu_nodes.cuda_device(gpu).uuid or gpu))}
     path = task.run / "judge.json"
     path.write_text(json.dumps(judge_job), encoding="utf-8")
     if task.settings.device != "gpu":
@@ -649,7 +645,7 @@ def reference_task(out: Path, notebook: CourseNotebook, settings: Settings, run_
     solution = nbformat.read(str(notebook.solution_path), as_version=4)
     nbformat.write(solution, str(where / "sanitized.ipynb"))
     return Task("reference", solution, notebook_plan(notebook), where, settings, run_seed, hide, bench_only=True,
-                judge_cache=out / "judge-cache", baselines=out / BASELINES)
+                judge_cache=out / "judge-cache")
 
 
 def reference_result(out: Path, notebook: CourseNotebook, settings: Settings, run_seed: int,
@@ -737,7 +733,6 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     for stale in sandbox.cleanup_stale():
         log(f"removed {stale}, left by a grader that was stopped")
     out.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(out / BASELINES, ignore_errors=True)  # the library is timed afresh in every grading run
     run_seed = settings.seed if settings.seed is not None else secrets.randbits(63)
     notebooks = course_notebooks()
     url = gradebook.db_url(out)
@@ -792,7 +787,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             run.mkdir(parents=True, exist_ok=True)
             nbformat.write(cleaned.notebook, str(run / "sanitized.ipynb"))
             task = Task(submission.student_id, cleaned.notebook, plans[key], run, settings, run_seed, hide,
-                        judge_cache=out / "judge-cache", baselines=out / BASELINES)
+                        judge_cache=out / "judge-cache")
             tasks[submission.key] = (submission, task, cleaned.notes)
             futures[scheduler.submit(task, references.get(key), _with_reference, submission.key)] = submission.key
         with Gradebook(url) as book:  # recorded while the graded ones run, through one open gradebook

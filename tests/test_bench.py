@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -29,6 +31,26 @@ def test_without_a_gpu_nothing_is_measured():
 def test_flush_buffer_is_at_least_twice_the_l2():
     bench.time_calls(lambda: None, min_repeats=1, max_repeats=1, warmup=0)
     assert bench._get_flusher().buffer.numel() * 4 >= 2 * device.info().l2_bytes
+
+
+@pytest.mark.gpu
+def test_interleaved_entries_take_turns_and_one_that_fails_leaves_the_others_timed():
+    x = torch.randn(1 << 20, device="cuda")
+    order = []
+
+    def entry(name, fail_at=None):
+        def make_args(i):
+            if i == fail_at:
+                raise ValueError(f"{name} cannot go on")
+            return (name,)
+        return bench.Timed(lambda n: order.append(n) or x.mul(2.0), make_args)
+
+    a, b, c = bench.time_interleaved([entry("a"), entry("b", fail_at=3), entry("c")], drop_on=(ValueError,),
+                                     warmup=1, warmup_ms=0, min_repeats=6, min_seconds=0, target_spread=math.inf)
+    timed = order[3:]  # after one warm-up call of each
+    assert timed[:9] == ["a", "b", "c"] * 3 and timed[9:15] == ["a", "c"] * 3
+    assert isinstance(b, ValueError) and "b cannot go on" in str(b)
+    assert a.repeats == c.repeats >= 6
 
 
 @pytest.mark.gpu

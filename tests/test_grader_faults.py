@@ -61,7 +61,7 @@ def test_a_relative_out_folder_reaches_every_stage_as_an_absolute_path(tmp_path,
 
     class Recording(pipeline.GradingStages):
         def run(self, task, gpu, pause):
-            seen.extend([task.run, task.judge_cache, task.baselines])
+            seen.extend([task.run, task.judge_cache])
             return pipeline.Staged(Outcome(results.OK), [], {})
 
         def build(self, task, staged):

@@ -1,5 +1,6 @@
 """The judge's pieces: launch plans recorded as data, kernels built from source, replay, answers as data."""
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -218,17 +219,43 @@ def test_an_export_with_an_int_python_will_not_read_keeps_every_other_answer(tmp
     assert verdicts["t"]["message"] == "unsupported answer: huge: an int of 5001 digits"
 
 
-def test_the_librarys_time_is_measured_once_per_gpu_and_run_and_shared(tmp_path, monkeypatch):
+def test_the_student_the_reference_and_the_library_are_timed_in_the_same_rounds(monkeypatch):
+    from course import bench
+    from course import spec as specs
+    from grader import replay
+
+    spec, asked = specs.get("w1d7.matmul_fp32"), []
+
+    def interleaved(entries, drop_on, **rules):
+        asked.append((len(entries), drop_on))
+        entries[0].after((), None, 0)  # the student's first timed output: checked, and wrong here
+        return [bench.Timing([2.0, 2.0]), replay.Unreplayable("no room"), bench.Timing([1.0, 3.0])]
+
+    monkeypatch.setattr(bench, "time_interleaved", interleaved)
+    spec = dataclasses.replace(spec, spot_error=lambda inputs, out: 1.0, make_inputs=lambda shape, seed, on: ())
+    timed = judge._time_row(spec, (64, 64, 64), "student plan", None, "reference plan", None, 5, None)
+    assert asked == [(3, (replay.Unreplayable, ValueError))]  # one timing of all three
+    assert timed["student"] == (None, "timed call 0 returned a wrong result (relative error 1.00e+00)")
+    assert timed["reference"] == (None, "not timed: no room")
+    assert timed["library"] == (2.0, None)
+
+
+def test_without_a_reference_plan_the_student_is_timed_beside_the_library_alone(monkeypatch):
+    from course import bench
     from course import spec as specs
 
-    timed = []
-    monkeypatch.setattr(judge, "time_baseline", lambda spec, shape, seed: timed.append((spec.id, shape)) or 1.5)
     spec = specs.get("w1d7.matmul_fp32")
-    first = judge.Baselines(tmp_path / "GPU-a", run_seed := 7)
-    first.fill([(spec, (1024, 1024, 1024)), (spec, (2048, 2048, 2048))])
-    second = judge.Baselines(tmp_path / "GPU-a", run_seed)  # the next judge on the same GPU
-    second.fill([(spec, (1024, 1024, 1024))])
-    assert second.get(spec, (2048, 2048, 2048)) == 1.5
-    assert timed == [(spec.id, (1024,) * 3), (spec.id, (2048,) * 3)]
-    judge.Baselines(tmp_path / "GPU-b", run_seed).fill([(spec, (1024, 1024, 1024))])  # another GPU times its own
-    assert len(timed) == 3
+    monkeypatch.setattr(bench, "time_interleaved", lambda entries, **_: [bench.Timing([0.5] * len(entries))] *
+                        len(entries))
+    timed = judge._time_row(spec, (64, 64, 64), "student plan", None, None, None, 5, None)
+    assert set(timed) == {"student", "library"} and timed["student"] == (0.5, None)
+
+
+def test_a_library_call_that_fails_is_the_graders_fault_not_the_students(monkeypatch):
+    from course import bench
+    from course import spec as specs
+
+    spec = specs.get("w1d7.matmul_fp32")
+    monkeypatch.setattr(bench, "time_interleaved", lambda entries, **_: [bench.Timing([1.0]), ValueError("cuBLAS")])
+    with pytest.raises(ValueError, match="cuBLAS"):
+        judge._time_row(spec, (64, 64, 64), "student plan", None, None, None, 5, None)
