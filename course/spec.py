@@ -43,7 +43,8 @@ class Threshold:
 
     The level is the spec's rate (GFLOP/s or GB/s) for "absolute"; for "vs_baseline" (cuBLAS or torch, same run) and
     "vs_reference" (the course's reference solution, same run) it is the geometric mean over the
-    benchmark shapes of the per-shape speed ratio.
+    benchmark shapes of the per-shape speed ratio. Its description, in the grader's feedback and the notebook's
+    own report, is made from these fields, so it cannot state other bands than the ones graded.
     """
 
     name: str
@@ -51,11 +52,16 @@ class Threshold:
     points: float
     bands: tuple[tuple[float, float], ...]
     precision: str
-    description: str
+    versus: str = ""  # what a "vs_baseline" ratio is measured against, as its description names it
+    unit: str = "GFLOP/s"  # the spec's rate_unit: GFLOP/s (speed) or GB/s (bandwidth)
 
     def __post_init__(self) -> None:
         if self.kind not in THRESHOLD_KINDS:
             raise ValueError(f"threshold kind must be one of {THRESHOLD_KINDS}, not {self.kind!r}")
+        if self.unit not in RATE_UNITS:
+            raise ValueError(f"threshold unit must be one of {RATE_UNITS}, not {self.unit!r}")
+        if self.kind == "vs_baseline" and not self.versus:
+            raise ValueError(f"threshold {self.name} must say which library it is measured against (versus)")
         levels = [level for level, _ in self.bands]
         credits = [credit for _, credit in self.bands]
         if levels != sorted(levels) or credits != sorted(credits) or not 0 < credits[-1] <= 1:
@@ -64,6 +70,15 @@ class Threshold:
     @property
     def full_level(self) -> float:
         return self.bands[-1][0]
+
+    @property
+    def description(self) -> str:
+        if self.kind == "absolute":
+            level = f"{self.full_level:g} {self.unit} (geometric mean over the benchmark shapes)"
+            return f"at least {level}" if len(self.bands) == 1 else f"full points at {level}"
+        quantity = "speed" if self.unit == "GFLOP/s" else "bandwidth"
+        versus = self.versus if self.kind == "vs_baseline" else "the reference solution"
+        return f"{quantity} as a fraction of {versus}, same run; full points at {self.full_level * 100:g}%"
 
     def credit(self, level: float) -> float:
         """Fraction of the points earned at a measured level (0 below the lowest band)."""
@@ -75,6 +90,23 @@ class Threshold:
 
     def score(self, level: float) -> float:
         return round(self.points * self.credit(level), 4)
+
+
+def floor(level: float, precision: str, points: float = 1.0, unit: str = "GFLOP/s") -> Threshold:
+    """Full points from ``level`` (the spec's rate, geometric mean over the benchmark shapes), none below."""
+    return Threshold("floor", "absolute", points, ((level, 1.0),), precision, unit=unit)
+
+
+def vs_library(name: str, versus: str, points: float, bands: tuple[tuple[float, float], ...], precision: str,
+               unit: str = "GFLOP/s") -> Threshold:
+    """Points for the speed as a fraction of the library's (``versus``), same run."""
+    return Threshold(name, "vs_baseline", points, bands, precision, versus, unit)
+
+
+def vs_reference(points: float, bands: tuple[tuple[float, float], ...], precision: str,
+                 unit: str = "GFLOP/s") -> Threshold:
+    """Points for the speed as a fraction of the course's reference solution, same run."""
+    return Threshold("vs_reference", "vs_reference", points, bands, precision, unit=unit)
 
 
 @dataclass(frozen=True)
@@ -144,6 +176,9 @@ class ExerciseSpec:
             raise ValueError(f"{self.id}: kind must be one of {KINDS}, not {self.kind!r}")
         if self.rate_unit not in RATE_UNITS:
             raise ValueError(f"{self.id}: rate_unit must be one of {RATE_UNITS}, not {self.rate_unit!r}")
+        stray = [t.name for t in self.thresholds if t.unit != self.rate_unit]
+        if stray:
+            raise ValueError(f"{self.id}: thresholds {stray} are not stated in the spec's rate, {self.rate_unit}")
         if self.language not in LANGUAGES:
             raise ValueError(f"{self.id}: language must be one of {LANGUAGES}, not {self.language!r}")
         if self.precision not in TOLERANCES:

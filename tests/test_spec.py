@@ -1,3 +1,5 @@
+import dataclasses
+
 import pytest
 import torch
 
@@ -27,9 +29,24 @@ def test_threshold_bands_give_partial_credit():
 
 def test_threshold_rejects_bands_that_do_not_rise():
     with pytest.raises(ValueError):
-        spec.Threshold("x", "absolute", 1.0, ((2.0, 1.0), (1.0, 0.5)), "fp32", "bad")
+        spec.Threshold("x", "absolute", 1.0, ((2.0, 1.0), (1.0, 0.5)), "fp32")
     with pytest.raises(ValueError):
-        spec.Threshold("x", "fastest", 1.0, ((1.0, 1.0),), "fp32", "bad")
+        spec.Threshold("x", "fastest", 1.0, ((1.0, 1.0),), "fp32")
+    with pytest.raises(ValueError, match="which library"):
+        spec.Threshold("vs_x", "vs_baseline", 1.0, ((1.0, 1.0),), "fp32")
+
+
+def test_a_threshold_description_states_the_bands_it_grades():
+    assert spec.floor(500, "fp32").description == "at least 500 GFLOP/s (geometric mean over the benchmark shapes)"
+    copy = spec.vs_library("vs_copy", "torch's copy", 2.0, ((0.5, 0.5), (0.875, 1.0)), "fp32", unit="GB/s")
+    assert copy.description == "bandwidth as a fraction of torch's copy, same run; full points at 87.5%"
+    assert spec.vs_reference(1.0, ((0.85, 1.0),), "fp16").description == \
+        "speed as a fraction of the reference solution, same run; full points at 85%"
+
+
+def test_a_spec_refuses_a_threshold_in_another_rate():
+    with pytest.raises(ValueError, match="not stated in the spec's rate"):
+        dataclasses.replace(SPEC, thresholds=(spec.floor(100, "fp32", unit="GB/s"),))
 
 
 def test_every_threshold_names_its_precision():

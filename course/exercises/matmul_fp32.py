@@ -12,7 +12,7 @@ import random
 import torch
 
 from course.exercises import matmul
-from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, Shape, ShapeSet, floor, register, vs_library, vs_reference
 
 make_inputs = matmul.inputs_in(torch.float32)
 cublas_fp32 = matmul.library("allow_tf32")  # cuBLAS SGEMM with TF32 off: the library doing what the exercise asks
@@ -61,32 +61,13 @@ SPEC = register(
             cpu=(),
         ),
         thresholds=(
-            Threshold(
-                name="floor",
-                kind="absolute",
-                points=1.0,
-                bands=((500.0, 1.0),),
-                precision="fp32 (ieee)",
-                description="at least 500 GFLOP/s (geometric mean over the benchmark shapes)",
-            ),
-            Threshold(
-                name="vs_cublas",
-                kind="vs_baseline",
-                points=2.0,
-                # The course's own 64x64x32 kernel measured 0.88-0.96 of cuBLAS (geometric mean) on an
-                # H100 (bench/RESULTS.md): full points at 70% leave room for other GPUs and run-to-run drift.
-                bands=((0.25, 0.25), (0.40, 0.5), (0.55, 0.75), (0.70, 1.0)),
-                precision="fp32 (ieee) against cuBLAS SGEMM with TF32 off",
-                description="speed as a fraction of cuBLAS fp32, same run; full points at 70%",
-            ),
-            Threshold(
-                name="vs_reference",
-                kind="vs_reference",
-                points=2.0,
-                bands=((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
-                precision="fp32 (ieee) against the course's reference kernel",
-                description="speed as a fraction of the reference solution, same run; full points at 85%",
-            ),
+            floor(500, "fp32 (ieee)"),
+            # The course's own 64x64x32 kernel measured 0.88-0.96 of cuBLAS (geometric mean) on an
+            # H100 (bench/RESULTS.md): full points at 70% leave room for other GPUs and run-to-run drift.
+            vs_library("vs_cublas", "cuBLAS fp32", 2.0, ((0.25, 0.25), (0.40, 0.5), (0.55, 0.75), (0.70, 1.0)),
+                       "fp32 (ieee) against cuBLAS SGEMM with TF32 off"),
+            vs_reference(2.0, ((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
+                         "fp32 (ieee) against the course's reference kernel"),
         ),
         notebook="week1/day7_fast_matmul",
         correctness_cells={"test_matmul_visible": "visible", "test_matmul_hidden": "hidden"},

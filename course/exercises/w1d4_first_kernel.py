@@ -23,7 +23,7 @@ import random
 
 import torch
 
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register, vs_library, vs_reference
 
 DIMS = ("n", "x_step", "y_step")
 # Held from import time (before any student code runs), so rebinding torch.add later cannot slow the baseline.
@@ -123,22 +123,10 @@ def _thresholds(library: str) -> tuple[Threshold, ...]:
     # short. Full points at 80% of the library and of the reference leave room for run-to-run drift
     # (several percent on one GPU) and for other GPUs, where torch's own kernel may be tuned better.
     return (
-        Threshold(
-            name="vs_torch",
-            kind="vs_baseline",
-            points=1.0,
-            bands=((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
-            precision=f"fp32 against {library}, same run",
-            description=f"bandwidth as a fraction of {library} (same run); full points at 80%",
-        ),
-        Threshold(
-            name="vs_reference",
-            kind="vs_reference",
-            points=1.0,
-            bands=((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
-            precision="fp32 against the course's reference kernel, same run",
-            description="bandwidth as a fraction of the reference solution (same run); full points at 80%",
-        ),
+        vs_library("vs_torch", library, 1.0, ((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
+                   f"fp32 against {library}, same run", unit="GB/s"),
+        vs_reference(1.0, ((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
+                     "fp32 against the course's reference kernel, same run", unit="GB/s"),
     )
 
 

@@ -13,7 +13,7 @@ import random
 
 import torch
 
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
 
 # Held from import time (before any student code runs), so rebinding them later cannot slow the baselines.
 _library_clone = torch.Tensor.clone
@@ -96,24 +96,12 @@ COPY = register(
             # loads). Full marks at 0.75, about 80% of that, leave room
             # for run-to-run drift and other GPUs; a copy that leaves its loads uncoalesced lands far below
             # the lowest band.
-            Threshold(
-                name="vs_torch",
-                kind="vs_baseline",
-                points=2.0,
-                bands=((0.30, 0.25), (0.50, 0.5), (0.65, 0.75), (0.75, 1.0)),
-                precision="exact (fp32 copied bit for bit) against torch's device copy, Tensor.clone",
-                description="bandwidth as a fraction of torch's device copy, same run; full points at 75%",
-            ),
+            vs_library("vs_torch", "torch's device copy", 2.0, ((0.30, 0.25), (0.50, 0.5), (0.65, 0.75), (0.75, 1.0)),
+                       "exact (fp32 copied bit for bit) against torch's device copy, Tensor.clone", unit="GB/s"),
             # Full marks at 80% of the course's reference copy, measured in the same run: the reference
             # is a plain masked copy, so a student's plain copy with sensible blocks lands near 1.0.
-            Threshold(
-                name="vs_reference",
-                kind="vs_reference",
-                points=2.0,
-                bands=((0.30, 0.25), (0.50, 0.5), (0.65, 0.75), (0.80, 1.0)),
-                precision="exact (fp32 copied bit for bit) against the course's reference copy",
-                description="bandwidth as a fraction of the reference solution, same run; full points at 80%",
-            ),
+            vs_reference(2.0, ((0.30, 0.25), (0.50, 0.5), (0.65, 0.75), (0.80, 1.0)),
+                         "exact (fp32 copied bit for bit) against the course's reference copy", unit="GB/s"),
         ),
         spot_error=copy_mismatch,
         notebook="week1/day5_memory",

@@ -14,7 +14,7 @@ import torch
 
 from course.exercises import matmul
 from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, make_inputs
-from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, Shape, ShapeSet, floor, register, vs_reference
 
 BYTES = 4  # fp32
 
@@ -55,26 +55,13 @@ SPEC = register(
             cpu=(),
         ),
         thresholds=(
-            Threshold(
-                name="floor",
-                kind="absolute",
-                points=1.0,
-                # Measured on an H100 (bench/RESULTS.md): the reference reached 390, 305 and 1768 GFLOP/s on
-                # the three shapes (geometric mean 595); its column loads of A stride by K, which the
-                # power-of-two sizes turn into a slow access pattern. The floor sits at 40% of that.
-                bands=((250.0, 1.0),),
-                precision="fp32 (plain FMAs, no tensor cores)",
-                description="at least 250 GFLOP/s (geometric mean over the benchmark shapes)",
-            ),
-            Threshold(
-                name="vs_reference",
-                kind="vs_reference",
-                points=2.0,
-                # Full points at 85% of the reference measured in the same run; a smaller tile keeps most.
-                bands=((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
-                precision="fp32 (plain FMAs) against the course's rank-1 reference kernel",
-                description="speed as a fraction of the reference solution, same run; full points at 85%",
-            ),
+            # Measured on an H100 (bench/RESULTS.md): the reference reached 390, 305 and 1768 GFLOP/s on
+            # the three shapes (geometric mean 595); its column loads of A stride by K, which the
+            # power-of-two sizes turn into a slow access pattern. The floor sits at 40% of that.
+            floor(250, "fp32 (plain FMAs, no tensor cores)"),
+            # Full points at 85% of the reference measured in the same run; a smaller tile keeps most.
+            vs_reference(2.0, ((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
+                         "fp32 (plain FMAs) against the course's rank-1 reference kernel"),
         ),
         notebook="week1/day6_tiling",
         correctness_cells={"test_tiled_visible": "visible", "test_tiled_hidden": "hidden"},

@@ -22,7 +22,7 @@ import torch
 
 from course.exercises import matmul
 from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, make_inputs
-from course.spec import ExerciseSpec, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, ShapeSet, register, vs_library
 
 NOTEBOOK = "week2/bonus_sgemm_ladder"
 VERSIONS = ("v1", "v2", "v3", "v4", "v5", "v6a", "v6b")
@@ -85,14 +85,8 @@ def _spec(version: str) -> ExerciseSpec:
         hidden_shapes=HIDDEN,
         bench_shapes=BENCH,
         thresholds=(
-            Threshold(
-                name="vs_cublas",
-                kind="vs_baseline",
-                points=POINTS[version],
-                bands=BANDS[version],
-                precision="fp32 (ieee) against cuBLAS SGEMM with TF32 off, same run",
-                description=f"speed as a fraction of cuBLAS fp32; full points at {BANDS[version][-1][0]:.1%}",
-            ),
+            vs_library("vs_cublas", "cuBLAS fp32", POINTS[version],
+                       BANDS[version], "fp32 (ieee) against cuBLAS SGEMM with TF32 off, same run"),
         ),
         notebook=NOTEBOOK,
         correctness_cells={f"test_sgemm_{version}_visible": "visible", f"test_sgemm_{version}_hidden": "hidden"},

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 from course.exercises import transpose
-from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, Shape, ShapeSet, register, vs_library, vs_reference
 
 
 def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
@@ -56,27 +56,16 @@ SPEC = register(
             cpu=(),
         ),
         thresholds=(
-            Threshold(
-                name="vs_copy",
-                kind="vs_baseline",
-                points=2.0,
-                # Measured on an H100 (bench/RESULTS.md): the reference (64 x 64 tiles) reached 0.98 and 0.97 of
-                # torch's copy on the two aligned shapes and 0.77 on the odd one (rows not 16-byte aligned: no
-                # vector loads), 0.90 on the geometric mean; the naive transposes 0.31 (strided reads) and 0.14
-                # (strided writes). Full points at 0.80 leave room for drift and other GPUs; the naive ones get none.
-                bands=((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
-                precision="fp32, exact; GB/s against torch's copy (Tensor.clone) of the same matrix",
-                description="bandwidth as a fraction of torch copying the same matrix, same run; full points at 80%",
-            ),
-            Threshold(
-                name="vs_reference",
-                kind="vs_reference",
-                points=2.0,
-                # Full points at 90%: the reference itself measures about 1.0, give or take the run's noise.
-                bands=((0.50, 0.25), (0.70, 0.5), (0.80, 0.75), (0.90, 1.0)),
-                precision="fp32, exact; GB/s against the course's reference transpose",
-                description="bandwidth as a fraction of the reference solution, same run; full points at 90%",
-            ),
+            # Measured on an H100 (bench/RESULTS.md): the reference (64 x 64 tiles) reached 0.98 and 0.97 of
+            # torch's copy on the two aligned shapes and 0.77 on the odd one (rows not 16-byte aligned: no
+            # vector loads), 0.90 on the geometric mean; the naive transposes 0.31 (strided reads) and 0.14
+            # (strided writes). Full points at 0.80 leave room for drift and other GPUs; the naive ones get none.
+            vs_library("vs_copy", "torch copying the same matrix", 2.0,
+                       ((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
+                       "fp32, exact; GB/s against torch's copy (Tensor.clone) of the same matrix", unit="GB/s"),
+            # Full points at 90%: the reference itself measures about 1.0, give or take the run's noise.
+            vs_reference(2.0, ((0.50, 0.25), (0.70, 0.5), (0.80, 0.75), (0.90, 1.0)),
+                         "fp32, exact; GB/s against the course's reference transpose", unit="GB/s"),
         ),
         notebook="week2/day2_coalescing",
         correctness_cells={"test_transpose_visible": "visible", "test_transpose_hidden": "hidden"},

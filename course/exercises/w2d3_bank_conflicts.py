@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 from course.exercises import transpose
-from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, Shape, ShapeSet, register, vs_library, vs_reference
 
 
 def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
@@ -44,27 +44,15 @@ SPEC = register(
             cpu=(),
         ),
         thresholds=(
-            Threshold(
-                name="vs_copy",
-                kind="vs_baseline",
-                points=2.0,
-                # Measured on an H100 (bench/RESULTS.md): the padded reference reached 0.835 of torch's copy
-                # (geometric mean; 0.88-0.90 on the aligned shapes, 0.68 on 3001 x 5003) and the conflicted
-                # kernel 0.51 (ncu: 16.6 M shared-load bank conflicts at 4096^2 against 55 k padded). Full
-                # points at 0.75 leave room for drift; the conflicted kernel earns nothing here.
-                bands=((0.60, 0.25), (0.66, 0.5), (0.71, 0.75), (0.75, 1.0)),
-                precision="fp32, exact (a copy) against torch copying the same matrix",
-                description="bandwidth as a fraction of torch's copy, same run; full points at 75%",
-            ),
-            Threshold(
-                name="vs_reference",
-                kind="vs_reference",
-                points=2.0,
-                # The conflicted kernel measured 0.62 of the padded one (geometric mean, H100): it earns nothing.
-                bands=((0.70, 0.25), (0.80, 0.5), (0.86, 0.75), (0.92, 1.0)),
-                precision="fp32, exact, against the course's padded kernel",
-                description="bandwidth as a fraction of the reference solution, same run; full points at 92%",
-            ),
+            # Measured on an H100 (bench/RESULTS.md): the padded reference reached 0.835 of torch's copy
+            # (geometric mean; 0.88-0.90 on the aligned shapes, 0.68 on 3001 x 5003) and the conflicted
+            # kernel 0.51 (ncu: 16.6 M shared-load bank conflicts at 4096^2 against 55 k padded). Full
+            # points at 0.75 leave room for drift; the conflicted kernel earns nothing here.
+            vs_library("vs_copy", "torch's copy", 2.0, ((0.60, 0.25), (0.66, 0.5), (0.71, 0.75), (0.75, 1.0)),
+                       "fp32, exact (a copy) against torch copying the same matrix", unit="GB/s"),
+            # The conflicted kernel measured 0.62 of the padded one (geometric mean, H100): it earns nothing.
+            vs_reference(2.0, ((0.70, 0.25), (0.80, 0.5), (0.86, 0.75), (0.92, 1.0)),
+                         "fp32, exact, against the course's padded kernel", unit="GB/s"),
         ),
         notebook="week2/day3_bank_conflicts",
         correctness_cells={"test_transpose_visible": "visible", "test_transpose_hidden": "hidden"},

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from course.exercises import matmul
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
 
 NOTEBOOK = "week2/day4_pipelining"
 
@@ -83,24 +83,12 @@ MATMUL = register(
             # Measured on an H100 (bench/RESULTS.md, bench/pipelining_sweep.py): the reference (128 x 128 x 64,
             # 8 warps, 4 stages, no grouped ordering) reached 0.753 of cuBLAS fp16 on the geometric mean of the
             # three shapes. Full points at 0.60, 80% of that, leave room for drift and other GPUs.
-            Threshold(
-                name="vs_cublas",
-                kind="vs_baseline",
-                points=2.0,
-                bands=((0.30, 0.25), (0.42, 0.5), (0.52, 0.75), (0.60, 1.0)),
-                precision="fp16 inputs, fp32 accumulation, fp16 output, against cuBLAS fp16 (torch.mm)",
-                description="speed as a fraction of cuBLAS fp16, same run; full points at 60%",
-            ),
+            vs_library("vs_cublas", "cuBLAS fp16", 2.0, ((0.30, 0.25), (0.42, 0.5), (0.52, 0.75), (0.60, 1.0)),
+                       "fp16 inputs, fp32 accumulation, fp16 output, against cuBLAS fp16 (torch.mm)"),
             # Full points at 0.85 of the reference (128 x 128 x 64 tiles, 4 stages). Measured on an H100: the
             # same tile with num_stages=1 reached 0.63 of the reference, 2 stages 0.86, 3 stages 0.98.
-            Threshold(
-                name="vs_reference",
-                kind="vs_reference",
-                points=2.0,
-                bands=((0.40, 0.25), (0.60, 0.5), (0.75, 0.75), (0.85, 1.0)),
-                precision="fp16 inputs, fp32 accumulation, fp16 output, against the course's reference kernel",
-                description="speed as a fraction of the reference solution, same run; full points at 85%",
-            ),
+            vs_reference(2.0, ((0.40, 0.25), (0.60, 0.5), (0.75, 0.75), (0.85, 1.0)),
+                         "fp16 inputs, fp32 accumulation, fp16 output, against the course's reference kernel"),
         ),
         notebook=NOTEBOOK,
         correctness_cells={"test_matmul_visible": "visible", "test_matmul_hidden": "hidden"},

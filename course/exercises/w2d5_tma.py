@@ -19,7 +19,7 @@ import random
 import torch
 
 from course.exercises import matmul
-from course.spec import ExerciseSpec, Shape, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, Shape, ShapeSet, register, vs_library, vs_reference
 
 # fp16 elements per 16 bytes: a row-major fp16 matrix can be described for TMA when its row length is a multiple.
 TMA_ALIGN_ELEMENTS = 8
@@ -73,24 +73,12 @@ SPEC = register(
             # Measured on an H100 (bench/RESULTS.md, bench/tma_replay_check.py): the replayed reference TMA
             # kernel reached 0.89 of cuBLAS fp16 at 4096^3 (631 against 709 TFLOP/s). Full points at 75%
             # leave room for run-to-run drift (cuBLAS itself moved by about 10% between runs).
-            Threshold(
-                name="vs_cublas",
-                kind="vs_baseline",
-                points=2.0,
-                bands=((0.30, 0.25), (0.50, 0.5), (0.65, 0.75), (0.75, 1.0)),
-                precision="fp16 in and out, fp32 accumulation, against cuBLAS fp16 (fp32 accumulation)",
-                description="speed as a fraction of cuBLAS fp16, same run; full points at 75%",
-            ),
+            vs_library("vs_cublas", "cuBLAS fp16", 2.0, ((0.30, 0.25), (0.50, 0.5), (0.65, 0.75), (0.75, 1.0)),
+                       "fp16 in and out, fp32 accumulation, against cuBLAS fp16 (fp32 accumulation)"),
             # The reference is the course's TMA kernel (128 x 128 x 64 tiles, grouped order); a kernel of the same
             # design lands near 1.0, one without TMA or with small tiles well below.
-            Threshold(
-                name="vs_reference",
-                kind="vs_reference",
-                points=2.0,
-                bands=((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
-                precision="fp16 in and out, fp32 accumulation, against the course's reference TMA kernel",
-                description="speed as a fraction of the reference solution, same run; full points at 85%",
-            ),
+            vs_reference(2.0, ((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
+                         "fp16 in and out, fp32 accumulation, against the course's reference TMA kernel"),
         ),
         notebook="week2/day5_tma",
         correctness_cells={"test_matmul_tma_visible": "visible", "test_matmul_tma_hidden": "hidden"},

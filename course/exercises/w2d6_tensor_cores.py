@@ -26,7 +26,7 @@ from course.exercises import matmul
 # Week 1 Day 7's hidden-shape rule serves here unchanged: two odd shapes per run (each side 1, a prime or an odd
 # size; at most 3001 on a GPU, 70 in the interpreter).
 from course.exercises.matmul_fp32 import draw_hidden
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register
+from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register, vs_library, vs_reference
 
 fp16_inputs = matmul.inputs_in(torch.float16)
 bf16_inputs = matmul.inputs_in(torch.bfloat16)
@@ -67,23 +67,11 @@ def _thresholds(label: str) -> tuple[Threshold, ...]:
         # 128 x 128 x 64 tl.dot kernel without grouped ordering) reached 0.80 of cuBLAS fp16 and of cuBLAS
         # bf16 (0.84 at 4096, 0.76-0.77 at 8192). Full marks at 0.60 leave room for other GPUs and drift;
         # a kernel that leaves the tensor cores idle (fp32 FMA arithmetic) lands below the lowest band.
-        Threshold(
-            name="vs_cublas",
-            kind="vs_baseline",
-            points=2.0 if label == "fp16" else 1.0,
-            bands=((0.20, 0.25), (0.35, 0.5), (0.50, 0.75), (0.60, 1.0)),
-            precision=f"{exercise}, against {library}",
-            description=f"speed as a fraction of cuBLAS {label}, same run; full points at 60%",
-        ),
+        vs_library("vs_cublas", f"cuBLAS {label}", 2.0 if label == "fp16" else 1.0,
+                   ((0.20, 0.25), (0.35, 0.5), (0.50, 0.75), (0.60, 1.0)), f"{exercise}, against {library}"),
         # Full marks at 85% of the course's reference kernel, measured in the same run.
-        Threshold(
-            name="vs_reference",
-            kind="vs_reference",
-            points=1.0,
-            bands=((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
-            precision=f"{exercise}, against the course's reference kernel",
-            description="speed as a fraction of the reference solution, same run; full points at 85%",
-        ),
+        vs_reference(1.0, ((0.30, 0.25), (0.50, 0.5), (0.70, 0.75), (0.85, 1.0)),
+                     f"{exercise}, against the course's reference kernel"),
     )
 
 
