@@ -211,6 +211,30 @@ _REGISTRY: dict[str, ExerciseSpec] = {}
 SPEC_PACKAGE = "course.exercises"
 
 
+def _never_timed(inputs: Inputs) -> Any:
+    raise RuntimeError("a host exercise is never timed against a library")
+
+
+NO_SHAPES = ShapeSet(gpu=(), cpu=())
+
+
+def host_exercise(*, visible: tuple[Shape, ...] | ShapeSet, hidden: tuple[Shape, ...] | ShapeSet,
+                  **fields: Any) -> ExerciseSpec:
+    """A "host" exercise: plain Python whose returned value leaves the sandbox as data and is compared by the judge,
+    never timed (its speed would be the student's own claim), so it has no library, work, benchmark shapes or
+    thresholds. Shapes given as a tuple are the same on a GPU and in the interpreter. Unless ``fields`` say
+    otherwise, the answer is one fp64 value."""
+    def same_everywhere(shapes: tuple[Shape, ...] | ShapeSet) -> ShapeSet:
+        return shapes if isinstance(shapes, ShapeSet) else ShapeSet(gpu=shapes, cpu=shapes)
+
+    defaults: dict[str, Any] = {
+        "output_dtype": torch.float64, "output_shape": lambda shape: (), "baseline": _never_timed,
+        "baseline_name": "none (never timed)", "flops": lambda shape: 0.0, "bytes_moved": lambda shape: 0.0,
+        "bench_shapes": NO_SHAPES, "thresholds": (), "kind": "host"}
+    return ExerciseSpec(visible_shapes=same_everywhere(visible), hidden_shapes=same_everywhere(hidden),
+                        **{**defaults, **fields})
+
+
 def register(spec: ExerciseSpec) -> ExerciseSpec:
     if spec.id in _REGISTRY and _REGISTRY[spec.id] is not spec:
         raise ValueError(f"two specs share the id {spec.id!r}")

@@ -82,7 +82,7 @@ def test_an_fp16_accumulator_fails_the_gpu_hidden_set_and_passes_the_cpu_one():
     assert day6.fp16_accumulation_error(day6.LARGE_K, 16) > 3 * day6.FP16.tolerance
     assert day6.fp16_accumulation_error(day6.LARGE_K, 64) > day6.FP16.tolerance
     # The interpreter's longest reduction, with its BLOCK_K of 32: far under the tolerance.
-    longest = max(k for _, _, k in day6.HIDDEN.cpu + day6.VISIBLE.cpu)
+    longest = max(k for _, _, k in day6.HIDDEN.cpu + day6.FP16.visible_shapes.cpu)
     assert day6.fp16_accumulation_error(longest, 32) < day6.FP16.tolerance / 4
 
 
@@ -111,7 +111,7 @@ def test_drawn_hidden_shapes_are_seeded_and_bounded(has_gpu):
 
 
 def test_shape_sets_cover_the_edges():
-    for shapes in (day6.VISIBLE.cpu + day6.HIDDEN.cpu, day6.VISIBLE.gpu + day6.HIDDEN.gpu):
+    for shapes in (day6.FP16.visible_shapes.cpu + day6.HIDDEN.cpu, day6.FP16.visible_shapes.gpu + day6.HIDDEN.gpu):
         assert any(m == 1 for m, _, _ in shapes)  # a single row
         assert any(m != n for m, n, _ in shapes)
         assert any(k % 32 and k % 64 for _, _, k in shapes)  # a partial K-step for any tile

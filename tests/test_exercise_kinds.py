@@ -14,6 +14,7 @@ from course.exercises import w2d4_pipelining as day4
 from course.exercises import w2d5_tma as day5
 from course.exercises import w2d6_tensor_cores as day6
 from course.exercises import w2d7_gemm_fp16 as day7
+from course.spec import NO_SHAPES
 
 
 def _drawn(shape, seed, drawn_in, dtype):
@@ -80,12 +81,16 @@ def _check_one_flag_off(monkeypatch, baseline, flag, flags, names):
 
 
 def test_the_shared_fields_count_work_as_each_kind_does():
-    fp16, fp32 = matmul.fields(2), matmul.fields(4)
-    assert fp16["flops"]((2, 3, 4)) == 48.0 and fp16["output_shape"]((2, 3, 4)) == (2, 3)
-    assert fp16["bytes_moved"]((2, 3, 4)) == 2 * (8 + 12 + 6) and fp32["bytes_moved"]((2, 3, 4)) == 4 * 26
-    moved = transpose.fields()
-    assert moved["output_shape"]((2, 5)) == (5, 2) and moved["bytes_moved"]((2, 5)) == 80.0
-    assert moved["flops"]((2, 5)) == 0
+    declared = {"id": "x", "title": "x", "function": "f", "make_inputs": None, "baseline": None,
+                "bench_shapes": NO_SHAPES, "thresholds": ()}
+    fp16, fp32 = matmul.exercise(torch.float16, **declared), matmul.exercise(torch.float32, **declared)
+    assert fp16.flops((2, 3, 4)) == 48.0 and fp16.output_shape((2, 3, 4)) == (2, 3)
+    assert fp16.bytes_moved((2, 3, 4)) == 2 * (8 + 12 + 6) and fp32.bytes_moved((2, 3, 4)) == 4 * 26
+    assert (fp16.precision, fp32.precision, fp16.visible_shapes) == ("fp16", "fp32-ieee", matmul.VISIBLE)
+    moved = transpose.exercise(**{k: v for k, v in declared.items() if k not in ("make_inputs", "baseline")},
+                               visible_shapes=NO_SHAPES, hidden_shapes=NO_SHAPES)
+    assert moved.output_shape((2, 5)) == (5, 2) and moved.bytes_moved((2, 5)) == 80.0 and moved.flops((2, 5)) == 0
+    assert moved.rate_unit == "GB/s" and moved.baseline is transpose.torch_copy
     (x,) = transpose.make_inputs((3, 4), 1, "cpu")
     assert transpose.exact_error((x,), transpose.reference((x,))) == 0.0
     assert transpose.exact_error((x,), x.reshape(4, 3)) == math.inf

@@ -7,55 +7,21 @@ true fp32 arithmetic and compares it with cuBLAS's fp32 SGEMM (TF32 off) in the 
 
 from __future__ import annotations
 
-import random
-
 import torch
 
 from course.exercises import matmul
-from course.spec import ExerciseSpec, Shape, ShapeSet, floor, register, vs_library, vs_reference
+from course.spec import ShapeSet, floor, register, vs_library, vs_reference
 
-make_inputs = matmul.inputs_in(torch.float32)
-cublas_fp32 = matmul.library("allow_tf32")  # cuBLAS SGEMM with TF32 off: the library doing what the exercise asks
-
-
-_PRIMES = (2, 3, 5, 7, 11, 13, 17, 31, 61, 127, 251, 509, 1021, 2039, 3001)
-
-
-def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
-    """Two shapes per grading run: each side 1, a prime, or an odd size, kept small for the interpreter."""
-    limit = 3001 if has_gpu else 70
-
-    def side() -> int:
-        choice = rng.random()
-        if choice < 0.15:
-            return 1
-        if choice < 0.6:
-            return rng.choice([p for p in _PRIMES if p <= limit])
-        return rng.randrange(1, limit + 1, 2)
-
-    return tuple((side(), side(), side()) for _ in range(2))
+# Two hidden shapes per grading run, each side 1, a prime or odd: no tile divides it.
+draw_hidden = matmul.hidden_drawer((matmul.one_prime_or_odd,) * 3, (matmul.one_prime_or_odd,) * 3)
 
 
 SPEC = register(
-    ExerciseSpec(
+    matmul.exercise(
+        torch.float32,
         id="w1d7.matmul_fp32",
         title="Tiled fp32 matmul (Week 1, Day 7)",
         function="matmul",
-        **matmul.fields(4),
-        precision="fp32-ieee",
-        output_dtype=torch.float32,
-        make_inputs=make_inputs,
-        baseline=cublas_fp32,
-        # Non-square shapes, shapes that are not multiples of any power-of-two tile, and a
-        # single row: a kernel without masks, or right only for multiples of 64, fails these.
-        visible_shapes=ShapeSet(
-            gpu=((512, 512, 512), (1000, 1030, 515), (1, 300, 257)),
-            cpu=((64, 64, 64), (100, 70, 90), (1, 33, 65)),
-        ),
-        hidden_shapes=ShapeSet(
-            gpu=((2048, 1024, 768), (129, 65, 1027), (3001, 17, 64)),
-            cpu=((130, 65, 33), (17, 129, 31), (3, 5, 200)),
-        ),
         bench_shapes=ShapeSet(
             gpu=((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (3000, 2000, 1500)),
             cpu=(),
@@ -74,3 +40,6 @@ SPEC = register(
         draw_hidden=draw_hidden,
     )
 )
+# cuBLAS SGEMM with TF32 off (the library doing what the exercise asks), and the inputs: the names Day 6's
+# notebook, the SGEMM ladder and the benches use.
+make_inputs, cublas_fp32 = SPEC.make_inputs, SPEC.baseline

@@ -1,6 +1,6 @@
 """The transpose kind of problem, out = x.T for an fp32 matrix x (M, N): its inputs, exact reference and check,
 its library yardstick (torch copying the same matrix) and the fields every transpose spec declares alike. Each
-transpose exercise keeps its own shapes, bands and hidden-shape rule.
+transpose exercise declares its own shapes, bands and hidden-shape rule through ``exercise``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from course.spec import Inputs, Shape
+from course.spec import ExerciseSpec, Inputs, Shape
 
 # Held from import time (before any student code runs), so rebinding torch later cannot slow or fool the judge.
 _library_clone = torch.Tensor.clone
@@ -43,9 +43,10 @@ def exact_error(inputs: Inputs, out: torch.Tensor) -> float:
     return 0.0 if tuple(out.shape) == (x.shape[1], x.shape[0]) and _library_equal(out, x.t()) else math.inf
 
 
-def fields() -> dict[str, Any]:
-    """What every transpose spec declares alike; its speed is GB/s of bytes read plus bytes written."""
-    return {
+def exercise(**fields: Any) -> ExerciseSpec:
+    """A transpose exercise: what every one declares alike, and ``fields``, its own. Its speed is GB/s of bytes
+    read plus bytes written."""
+    common: dict[str, Any] = {
         "dims": ("M", "N"),
         "precision": "exact",
         "output_dtype": torch.float32,
@@ -59,3 +60,4 @@ def fields() -> dict[str, Any]:
         "bytes_moved": lambda shape: 2.0 * 4.0 * shape[0] * shape[1],
         "rate_unit": "GB/s",
     }
+    return ExerciseSpec(**{**common, **fields})

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register
+from course.spec import Inputs, Shape, host_exercise, register
 
 NOTEBOOK = "week1/day1_host_baseline"
 
@@ -67,7 +67,7 @@ def draw_matmul_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
 
 
 MATMUL = register(
-    ExerciseSpec(
+    host_exercise(
         id="w1d1.matmul_naive",
         title="Naive host matmul (Week 1, Day 1)",
         function="matmul_naive",
@@ -75,7 +75,6 @@ MATMUL = register(
         # fp64 in and out: a sum of K fp64 products differs from the reference by rounding alone
         # (about K * 1e-16); summing in fp32 (about 1e-7) fails.
         precision="fp64",
-        output_dtype=torch.float64,
         make_inputs=matmul_inputs,
         reference=matmul_reference,
         baseline=numpy_matmul,
@@ -84,15 +83,11 @@ MATMUL = register(
         flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
         bytes_moved=lambda shape: 8.0 * (shape[0] * shape[2] + shape[2] * shape[1] + shape[0] * shape[1]),
         # Host work: the same shapes with or without a GPU. Non-square, and every side 1 somewhere.
-        visible_shapes=ShapeSet(gpu=((4, 5, 3), (1, 7, 6), (16, 16, 16)), cpu=((4, 5, 3), (1, 7, 6), (16, 16, 16))),
-        hidden_shapes=ShapeSet(gpu=((1, 1, 1), (23, 9, 31), (6, 1, 17), (5, 30, 1)),
-                               cpu=((1, 1, 1), (23, 9, 31), (6, 1, 17), (5, 30, 1))),
-        bench_shapes=ShapeSet(gpu=(), cpu=()),
-        thresholds=(),  # speed is shown in the notebook, not graded: see the module's docstring
+        visible=((4, 5, 3), (1, 7, 6), (16, 16, 16)),
+        hidden=((1, 1, 1), (23, 9, 31), (6, 1, 17), (5, 30, 1)),
         notebook=NOTEBOOK,
         correctness_cells={"test_matmul_naive_visible": "visible", "test_matmul_naive_hidden": "hidden"},
         draw_hidden=draw_matmul_hidden,
-        kind="host",
     )
 )
 
@@ -199,28 +194,19 @@ _TIMER_VISIBLE = ((8000, 6, 11), (6000, 4, 7))
 _TIMER_HIDDEN = ((10000, 8, 15), (7000, 5, 9))
 
 TIMER = register(
-    ExerciseSpec(
+    host_exercise(
         id="w1d1.median_time_ms",
         title="A host timer done right (Week 1, Day 1)",
         function="median_time_ms",
         dims=("T_us", "W", "R"),  # true steady time in microseconds, warm-up calls, timed calls
         precision="exact",  # unused: accept_time decides
-        output_dtype=torch.float64,
         make_inputs=timer_inputs,
         reference=timer_reference,
-        baseline=timer_reference,
-        baseline_name="none",
-        output_shape=lambda shape: (),
-        flops=lambda shape: 0.0,
-        bytes_moved=lambda shape: 0.0,
-        visible_shapes=ShapeSet(gpu=_TIMER_VISIBLE, cpu=_TIMER_VISIBLE),
-        hidden_shapes=ShapeSet(gpu=_TIMER_HIDDEN, cpu=_TIMER_HIDDEN),
-        bench_shapes=ShapeSet(gpu=(), cpu=()),
-        thresholds=(),
+        visible=_TIMER_VISIBLE,
+        hidden=_TIMER_HIDDEN,
         notebook=NOTEBOOK,
         correctness_cells={"test_timer_visible": "visible", "test_timer_hidden": "hidden"},
         draw_hidden=draw_timer_hidden,
-        kind="host",
         accept=accept_time,
     )
 )

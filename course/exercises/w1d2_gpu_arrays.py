@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from course import async_work
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register
+from course.spec import Inputs, Shape, ShapeSet, host_exercise, register
 
 # A reported time passes within this factor of the truth, either way.
 FACTOR = 1.5
@@ -86,35 +86,22 @@ def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
     return tuple((rng.randint(low, high),) for _ in range(2))
 
 
-def _not_timed(inputs: Inputs) -> Any:
-    raise RuntimeError("w1d2.gpu_time_ms is a host function: nothing is timed against a library")
-
-
 SPEC = register(
-    ExerciseSpec(
+    host_exercise(
         id="w1d2.gpu_time_ms",
         title="Timing asynchronous device work (Week 1, Day 2)",
         function="gpu_time_ms",
         dims=("ms",),  # the nominal duration; each call's real one is drawn around it from the seed
         precision="exact",  # unused: accept() decides
-        output_dtype=torch.float64,
         make_inputs=make_inputs,
         reference=reference,
-        baseline=_not_timed,
-        output_shape=lambda shape: (),
-        flops=lambda shape: 0.0,
-        bytes_moved=lambda shape: 0.0,
         # Durations a factor of four apart or more in each set: no constant is within x1.5 of all of them.
         # On a CPU at least 25 ms, so the simulated device's thread wake-ups stay small beside the duration.
-        visible_shapes=ShapeSet(gpu=((5,), (20,), (80,)), cpu=((25,), (50,), (100,))),
-        hidden_shapes=ShapeSet(gpu=((3,), (40,), (150,)), cpu=((30,), (70,), (140,))),
-        bench_shapes=ShapeSet(gpu=(), cpu=()),
-        thresholds=(),
+        visible=ShapeSet(gpu=((5,), (20,), (80,)), cpu=((25,), (50,), (100,))),
+        hidden=ShapeSet(gpu=((3,), (40,), (150,)), cpu=((30,), (70,), (140,))),
         notebook="week1/day2_gpu_arrays",
         correctness_cells={"test_gpu_time_visible": "visible", "test_gpu_time_hidden": "hidden"},
         draw_hidden=draw_hidden,
-        kind="host",
         accept=accept,
-        baseline_name="none (not timed)",
     )
 )

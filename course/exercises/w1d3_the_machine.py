@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from course import peaks
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register
+from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, host_exercise, register
 
 # ---------------------------------------------------------------------------------------------------
 # w1d3.peak_fp32
@@ -88,35 +88,21 @@ def _row(gpu: str) -> int:
 
 
 PEAK = register(
-    ExerciseSpec(
+    host_exercise(
         id="w1d3.peak_fp32",
         title="FP32 peak from a GPU's properties (Week 1, Day 3)",
         function="peak_fp32_tflops",
         dims=("gpu_row", "hypothetical"),
         precision="exact",
-        output_dtype=torch.float64,
         make_inputs=peak_inputs,
         reference=peak_reference,
-        baseline=peak_reference,  # never timed: a host function's speed is not graded
-        baseline_name="the formula",
-        output_shape=lambda shape: (),
-        flops=lambda shape: 0.0,
-        bytes_moved=lambda shape: 0.0,
         # The visible set: two parts as sold and one hypothetical bin (other seeds in the grader's run).
-        visible_shapes=ShapeSet(gpu=((_row("H100 SXM"), 0), (_row("T4"), 0), (_row("H100 SXM"), 1)),
-                                cpu=((_row("H100 SXM"), 0), (_row("T4"), 0), (_row("H100 SXM"), 1))),
-        hidden_shapes=ShapeSet(
-            gpu=((_row("H100 PCIe"), 0), (_row("A100 80GB SXM"), 0), (_row("L4"), 0), (_row("L4"), 1),
+        visible=((_row("H100 SXM"), 0), (_row("T4"), 0), (_row("H100 SXM"), 1)),
+        hidden=((_row("H100 PCIe"), 0), (_row("A100 80GB SXM"), 0), (_row("L4"), 0), (_row("L4"), 1),
                  (_row("A100 40GB"), 1)),
-            cpu=((_row("H100 PCIe"), 0), (_row("A100 80GB SXM"), 0), (_row("L4"), 0), (_row("L4"), 1),
-                 (_row("A100 40GB"), 1)),
-        ),
-        bench_shapes=ShapeSet(gpu=(), cpu=()),
-        thresholds=(),
         notebook="week1/day3_the_machine",
         correctness_cells={"test_peak_visible": "visible", "test_peak_hidden": "hidden"},
         draw_hidden=draw_peak_hidden,
-        kind="host",
         accept=accept_peak,
     )
 )

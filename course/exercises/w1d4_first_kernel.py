@@ -20,6 +20,7 @@ a kernel that skips or misplaces any element.
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import torch
 
@@ -130,54 +131,20 @@ def _thresholds(library: str) -> tuple[Threshold, ...]:
     )
 
 
-ADD = register(
-    ExerciseSpec(
-        id="w1d4.vector_add",
-        title="Vector add (Week 1, Day 4)",
-        function="vector_add",
-        dims=DIMS,
-        precision="fp32-ieee",
-        output_dtype=torch.float32,
-        make_inputs=make_add_inputs,
-        reference=add_reference,
-        baseline=torch_add,
-        baseline_name="torch add",
-        output_shape=lambda shape: (shape[0],),
-        flops=lambda shape: float(shape[0]),
-        bytes_moved=_bytes_moved,
-        rate_unit="GB/s",
-        visible_shapes=VISIBLE,
-        hidden_shapes=HIDDEN,
-        bench_shapes=BENCH,
-        thresholds=_thresholds("torch add"),
-        notebook="week1/day4_first_triton_kernel",
-        correctness_cells={"test_vector_add_visible": "visible", "test_vector_add_hidden": "hidden"},
-        draw_hidden=draw_hidden,
-    )
-)
+def _exercise(function: str, title: str, flops_per_element: float, **fields: Any) -> ExerciseSpec:
+    """One of the day's two streaming exercises: fp32 vectors of N elements (their steps in the shape), a GB/s
+    rate over the least traffic, and bands against its library."""
+    return ExerciseSpec(
+        id=f"w1d4.{function}", title=f"{title} (Week 1, Day 4)", function=function, dims=DIMS,
+        precision="fp32-ieee", output_dtype=torch.float32, output_shape=lambda shape: (shape[0],),
+        flops=lambda shape: flops_per_element * shape[0], bytes_moved=_bytes_moved, rate_unit="GB/s",
+        visible_shapes=VISIBLE, hidden_shapes=HIDDEN, bench_shapes=BENCH,
+        thresholds=_thresholds(fields["baseline_name"]), notebook="week1/day4_first_triton_kernel",
+        correctness_cells={f"test_{function}_visible": "visible", f"test_{function}_hidden": "hidden"},
+        draw_hidden=draw_hidden, **fields)
 
-SAXPY = register(
-    ExerciseSpec(
-        id="w1d4.saxpy",
-        title="SAXPY (Week 1, Day 4)",
-        function="saxpy",
-        dims=DIMS,
-        precision="fp32-ieee",
-        output_dtype=torch.float32,
-        make_inputs=make_saxpy_inputs,
-        reference=saxpy_reference,
-        baseline=torch_saxpy,
-        baseline_name="torch add (alpha)",
-        output_shape=lambda shape: (shape[0],),
-        flops=lambda shape: 2.0 * shape[0],
-        bytes_moved=_bytes_moved,
-        rate_unit="GB/s",
-        visible_shapes=VISIBLE,
-        hidden_shapes=HIDDEN,
-        bench_shapes=BENCH,
-        thresholds=_thresholds("torch add (alpha)"),
-        notebook="week1/day4_first_triton_kernel",
-        correctness_cells={"test_saxpy_visible": "visible", "test_saxpy_hidden": "hidden"},
-        draw_hidden=draw_hidden,
-    )
-)
+
+ADD = register(_exercise("vector_add", "Vector add", 1.0, make_inputs=make_add_inputs, reference=add_reference,
+                         baseline=torch_add, baseline_name="torch add"))
+SAXPY = register(_exercise("saxpy", "SAXPY", 2.0, make_inputs=make_saxpy_inputs, reference=saxpy_reference,
+                           baseline=torch_saxpy, baseline_name="torch add (alpha)"))

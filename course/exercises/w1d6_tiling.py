@@ -13,8 +13,8 @@ from __future__ import annotations
 import torch
 
 from course.exercises import matmul
-from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, make_inputs
-from course.spec import ExerciseSpec, Shape, ShapeSet, floor, register, vs_reference
+from course.exercises.matmul_fp32 import draw_hidden
+from course.spec import Shape, ShapeSet, floor, register, vs_reference
 
 BYTES = 4  # fp32
 
@@ -31,15 +31,11 @@ def loaded_bytes(shape: Shape, block_m: int, block_n: int) -> int:
 
 
 SPEC = register(
-    ExerciseSpec(
+    matmul.exercise(
+        torch.float32,
         id="w1d6.matmul_outer",
         title="Tiled fp32 matmul by rank-1 updates, without tl.dot (Week 1, Day 6)",
         function="matmul_tiled",
-        **matmul.fields(4),
-        precision="fp32-ieee",
-        output_dtype=torch.float32,
-        make_inputs=make_inputs,
-        baseline=cublas_fp32,
         # Non-square shapes, sides that are no multiple of any power-of-two tile, a single row and a single
         # column: a kernel without masks on M, N or K fails some of them. CPU shapes stay tiny (interpreter).
         visible_shapes=ShapeSet(
@@ -47,7 +43,7 @@ SPEC = register(
             cpu=((48, 40, 56), (70, 45, 50), (1, 33, 65)),
         ),
         hidden_shapes=ShapeSet(
-            gpu=((2048, 1024, 768), (129, 65, 1027), (3001, 17, 64), (77, 1, 300)),
+            gpu=(*matmul.HIDDEN.gpu, (77, 1, 300)),
             cpu=((130, 65, 33), (17, 129, 31), (3, 5, 120), (37, 1, 19)),
         ),
         bench_shapes=ShapeSet(

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from course.exercises import matmul
-from course.exercises.matmul_fp32 import cublas_fp32, draw_hidden, make_inputs
+from course.exercises.matmul_fp32 import draw_hidden
 from course.spec import ExerciseSpec, ShapeSet, register, vs_library
 
 NOTEBOOK = "week2/bonus_sgemm_ladder"
@@ -71,16 +71,11 @@ BENCH = ShapeSet(gpu=((4096, 4096, 4096), (3000, 2000, 1500)), cpu=())
 
 
 def _spec(version: str) -> ExerciseSpec:
-    return ExerciseSpec(
+    return matmul.exercise(
+        torch.float32,
         id=f"w2x.sgemm_{version}",
         title=f"SGEMM {version}: {TITLES[version]}",
         function=f"sgemm_{version}",
-        **matmul.fields(4),
-        precision="fp32-ieee",
-        output_dtype=torch.float32,
-        make_inputs=make_inputs,
-        baseline=cublas_fp32,
-        baseline_name="cuBLAS",
         visible_shapes=VISIBLE,
         hidden_shapes=HIDDEN,
         bench_shapes=BENCH,

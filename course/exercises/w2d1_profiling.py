@@ -22,10 +22,8 @@ from __future__ import annotations
 import math
 import random
 
-import torch
-
 from course.profiling import Measurement
-from course.spec import TOLERANCES, ExerciseSpec, Inputs, Shape, ShapeSet, register
+from course.spec import TOLERANCES, Inputs, Shape, host_exercise, register
 
 LABELS = ("memory", "compute")
 REGIMES = {
@@ -109,10 +107,6 @@ def accept_fraction(out: object, ref: float, shape: Shape) -> tuple[bool, str]:
     return True, f"{out:.6g}, relative error {error:.1e} <= {FRACTION_TOLERANCE:.0e}"
 
 
-def _not_timed(inputs: Inputs) -> None:
-    raise RuntimeError("a host function is not timed: it has no library baseline")
-
-
 def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
     """Four more records per grading run, of regimes drawn at random."""
     return tuple((rng.randrange(len(REGIMES)),) for _ in range(4))
@@ -120,26 +114,16 @@ def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
 
 _COMMON = dict(
     dims=("regime",),
-    output_dtype=torch.float64,  # unused: a host function's value is judged by the accept rule
     make_inputs=make_inputs,
-    baseline=_not_timed,
-    baseline_name="none (not timed)",
-    output_shape=lambda shape: (),
-    flops=lambda shape: 0.0,
-    bytes_moved=lambda shape: 0.0,
     # One record of every regime; hidden: each near-ridge regime twice more, and four drawn per run.
-    visible_shapes=ShapeSet(gpu=((0,), (1,), (2,), (3,), (4,)), cpu=((0,), (1,), (2,), (3,), (4,))),
-    hidden_shapes=ShapeSet(gpu=((0,), (1,), (2,), (3,), (2,), (3,), (4,)),
-                           cpu=((0,), (1,), (2,), (3,), (2,), (3,), (4,))),
-    bench_shapes=ShapeSet(gpu=(), cpu=()),
-    thresholds=(),
+    visible=((0,), (1,), (2,), (3,), (4,)),
+    hidden=((0,), (1,), (2,), (3,), (2,), (3,), (4,)),
     notebook="week2/day1_profiling",
     draw_hidden=draw_hidden,
-    kind="host",
 )
 
 CLASSIFY = register(
-    ExerciseSpec(
+    host_exercise(
         id="w2d1.classify",
         title="Memory- or compute-bound, by the roofline (Week 2, Day 1)",
         function="classify",
@@ -152,7 +136,7 @@ CLASSIFY = register(
 )
 
 ROOF_FRACTION = register(
-    ExerciseSpec(
+    host_exercise(
         id="w2d1.roof_fraction",
         title="Fraction of the roof attained (Week 2, Day 1)",
         function="roof_fraction",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 
 from course.exercises import transpose
-from course.spec import ExerciseSpec, Shape, ShapeSet, register, vs_library, vs_reference
+from course.spec import Shape, ShapeSet, register, vs_library, vs_reference
 
 
 def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
@@ -34,11 +34,10 @@ def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
 
 
 SPEC = register(
-    ExerciseSpec(
+    transpose.exercise(
         id="w2d2.transpose",
         title="Tiled fp32 transpose (Week 2, Day 2)",
         function="transpose",
-        **transpose.fields(),
         # Square and non-square, a single row, and sides that are no multiple of a power-of-two tile:
         # a kernel without masks, or one that swaps M and N somewhere, fails these.
         visible_shapes=ShapeSet(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 
 from course.exercises import transpose
-from course.spec import ExerciseSpec, Shape, ShapeSet, register, vs_library, vs_reference
+from course.spec import Shape, ShapeSet, register, vs_library, vs_reference
 
 
 def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
@@ -24,11 +24,10 @@ def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
 
 
 SPEC = register(
-    ExerciseSpec(
+    transpose.exercise(
         id="w2d3.transpose_padded",
         title="Shared-memory transpose, padded against bank conflicts (Week 2, Day 3)",
         function="transpose_padded",
-        **transpose.fields(),
         # Not multiples of the 32-wide tile in either direction, single rows and columns, and wide and tall
         # matrices: a kernel without bounds checks, or with rows and columns swapped, fails these.
         visible_shapes=ShapeSet(

@@ -21,59 +21,30 @@ from typing import Any
 import torch
 
 from course.exercises import matmul
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
+from course.spec import Inputs, Shape, ShapeSet, host_exercise, register, vs_library, vs_reference
 
 NOTEBOOK = "week2/day4_pipelining"
 
 # ---------------------------------------------------------------------------------------------------
 # w2d4.matmul_fp16
 
-matmul_inputs = matmul.inputs_in(torch.float16)
-# cuBLAS HGEMM with torch's defaults: unlike Days 5-7, reduced-precision (fp16) split-K reductions stay allowed,
-# as when the bands below were measured.
-cublas_fp16 = matmul.library(None)
 
 
-def draw_matmul_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
-    """Two shapes per grading run. Each side is 1, one more or one less than a power of two, or any odd size."""
-    limit = 3001 if has_gpu else 70
-
-    def side() -> int:
-        choice = rng.random()
-        if choice < 0.15:
-            return 1
-        if choice < 0.55:
-            powers = [2**p for p in range(4, 13) if 2**p + 1 <= limit]
-            return rng.choice(powers) + rng.choice((-1, 1))
-        return rng.randrange(1, limit + 1, 2)
-
-    return tuple((side(), side(), side()) for _ in range(2))
+# Two hidden shapes per grading run, each side 1, a power of two give or take one, or odd.
+draw_matmul_hidden = matmul.hidden_drawer((matmul.near_power_of_two,) * 3, (matmul.near_power_of_two,) * 3)
 
 
 MATMUL = register(
-    ExerciseSpec(
+    matmul.exercise(
+        # fp16 tolerance: rounding the fp32 sum to fp16 alone costs about 3e-4 (relative); 1e-2 leaves room for
+        # any order of summation in fp32, and refuses fp8 operands (a few percent).
+        torch.float16,
+        # cuBLAS with torch's defaults: unlike Days 5-7, reduced-precision (fp16) split-K reductions stay allowed,
+        # as when the bands below were measured.
+        library_shortcut=True,
         id="w2d4.matmul_fp16",
         title="Pipelined fp16 matmul (Week 2, Day 4)",
         function="matmul",
-        **matmul.fields(2),
-        # Rounding the fp32 sum to fp16 alone costs about 3e-4 (relative); 1e-2 leaves room for any
-        # order of summation in fp32, and refuses fp8 operands (a few percent).
-        precision="fp16",
-        output_dtype=torch.float16,
-        make_inputs=matmul_inputs,
-        baseline=cublas_fp16,
-        baseline_name="cuBLAS fp16",
-        # Non-square shapes, sizes that are no multiple of any power-of-two tile, a single row, and K
-        # shorter or longer than one tile: a kernel without masks, or one whose K loop stops a step
-        # early, fails these.
-        visible_shapes=ShapeSet(
-            gpu=((512, 512, 512), (1000, 1030, 515), (1, 300, 257)),
-            cpu=((64, 64, 64), (100, 70, 90), (1, 33, 65)),
-        ),
-        hidden_shapes=ShapeSet(
-            gpu=((2048, 1024, 768), (129, 65, 1027), (3001, 17, 64)),
-            cpu=((130, 65, 33), (17, 129, 31), (3, 5, 200)),
-        ),
         # Two squares and one non-square shape, all compute-bound (hundreds of FLOP per byte moved).
         bench_shapes=ShapeSet(
             gpu=((4096, 4096, 4096), (8192, 8192, 8192), (8192, 3072, 5120)),
@@ -136,11 +107,13 @@ def draw_smem_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
     return tuple(tile() for _ in range(3))
 
 
+matmul_inputs, cublas_fp16 = MATMUL.make_inputs, MATMUL.baseline  # the names the tests and benches use
+
 _SMEM_VISIBLE = ((128, 128, 64, 3, 2), (64, 256, 32, 4, 2), (16, 16, 16, 1, 4))
 _SMEM_HIDDEN = ((128, 256, 64, 5, 2), (32, 64, 128, 2, 1), (256, 128, 32, 7, 4), (64, 64, 32, 1, 2))
 
 SMEM = register(
-    ExerciseSpec(
+    host_exercise(
         id="w2d4.smem_bytes",
         title="Shared memory of a pipelined matmul (Week 2, Day 4)",
         function="smem_bytes",
@@ -149,19 +122,11 @@ SMEM = register(
         output_dtype=torch.int64,
         make_inputs=smem_inputs,
         reference=smem_reference,
-        baseline=smem_reference,
-        baseline_name="none",
-        output_shape=lambda shape: (),
-        flops=lambda shape: 0.0,
-        bytes_moved=lambda shape: 0.0,
-        visible_shapes=ShapeSet(gpu=_SMEM_VISIBLE, cpu=_SMEM_VISIBLE),
-        hidden_shapes=ShapeSet(gpu=_SMEM_HIDDEN, cpu=_SMEM_HIDDEN),
-        bench_shapes=ShapeSet(gpu=(), cpu=()),
-        thresholds=(),
+        visible=_SMEM_VISIBLE,
+        hidden=_SMEM_HIDDEN,
         notebook=NOTEBOOK,
         correctness_cells={"test_smem_bytes_visible": "visible", "test_smem_bytes_hidden": "hidden"},
         draw_hidden=draw_smem_hidden,
-        kind="host",
         accept=accept_bytes,
     )
 )

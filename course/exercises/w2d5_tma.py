@@ -14,52 +14,26 @@ multiples of 8 (TMA, edges included: M, N or K no multiple of a tile) and some w
 
 from __future__ import annotations
 
-import random
-
 import torch
 
 from course.exercises import matmul
-from course.spec import ExerciseSpec, Shape, ShapeSet, register, vs_library, vs_reference
+from course.spec import ShapeSet, register, vs_library, vs_reference
 
-# fp16 elements per 16 bytes: a row-major fp16 matrix can be described for TMA when its row length is a multiple.
-TMA_ALIGN_ELEMENTS = 8
-
-
-make_inputs = matmul.inputs_in(torch.float16)
-# cuBLAS HGEMM accumulating in fp32 throughout (reduced-precision reductions off): what the exercise asks.
-cublas_fp16 = matmul.library("allow_fp16_reduced_precision_reduction")
-
-
-def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
-    """Two shapes per grading run: one a Hopper GPU runs through TMA (N and K multiples of 8, M anything),
-    one it runs through the fallback (K odd). Small on a CPU, where the interpreter runs the fallback."""
-    limit = 3000 if has_gpu else 70
-
-    def aligned() -> int:
-        return TMA_ALIGN_ELEMENTS * rng.randrange(1, limit // TMA_ALIGN_ELEMENTS + 1)
-
-    tma_shape = (rng.randrange(1, limit + 1), aligned(), aligned())
-    fallback_shape = (rng.randrange(1, limit + 1), rng.randrange(1, limit + 1), rng.randrange(1, limit + 1, 2))
-    return tma_shape, fallback_shape
+# Two hidden shapes per grading run: one a Hopper GPU runs through TMA (N and K multiples of 8, M anything), one
+# it runs through the fallback (K odd).
+draw_hidden = matmul.hidden_drawer((matmul.any_side, matmul.multiple_of_8, matmul.multiple_of_8),
+                                   (matmul.any_side, matmul.any_side, matmul.odd_side))
 
 
 SPEC = register(
-    ExerciseSpec(
+    matmul.exercise(
+        torch.float16,
         id="w2d5.matmul_tma",
         title="fp16 matmul through TMA descriptors (Week 2, Day 5)",
         function="matmul_tma",
-        **matmul.fields(2),
-        precision="fp16",
-        output_dtype=torch.float16,
-        make_inputs=make_inputs,
-        baseline=cublas_fp16,
-        baseline_name="cuBLAS fp16",
         # GPU: 512^3 and 1000 x 1032 x 520 go through TMA (the second with edge tiles in M, N and K, which TMA
         # zero-fills on load and clips on store); 1 x 300 x 257 has an odd K, so the fallback runs.
-        visible_shapes=ShapeSet(
-            gpu=((512, 512, 512), (1000, 1032, 520), (1, 300, 257)),
-            cpu=((64, 64, 64), (100, 72, 88), (1, 33, 65)),
-        ),
+        visible_shapes=matmul.VISIBLE_ALIGNED,
         # GPU: TMA for the first, third and fourth (N = 24 is narrower than any tile); the fallback for the second.
         hidden_shapes=ShapeSet(
             gpu=((2048, 1024, 768), (129, 65, 1027), (3001, 24, 64), (77, 136, 200)),
@@ -85,3 +59,6 @@ SPEC = register(
         draw_hidden=draw_hidden,
     )
 )
+# cuBLAS HGEMM accumulating in fp32 throughout (reduced-precision reductions off), and the inputs: the names the
+# tests and benches use.
+make_inputs, cublas_fp16 = SPEC.make_inputs, SPEC.baseline

@@ -17,7 +17,6 @@ fp32 only: the library doing exactly what the exercise asks.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 
@@ -26,13 +25,7 @@ from course.exercises import matmul
 # Week 1 Day 7's hidden-shape rule serves here unchanged: two odd shapes per run (each side 1, a prime or an odd
 # size; at most 3001 on a GPU, 70 in the interpreter).
 from course.exercises.matmul_fp32 import draw_hidden
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register, vs_library, vs_reference
-
-fp16_inputs = matmul.inputs_in(torch.float16)
-bf16_inputs = matmul.inputs_in(torch.bfloat16)
-# cuBLAS accumulating in fp32 only (reduced-precision reductions off): 16-bit in, 16-bit out.
-cublas_fp16 = matmul.library("allow_fp16_reduced_precision_reduction")
-cublas_bf16 = matmul.library("allow_bf16_reduced_precision_reduction")
+from course.spec import ExerciseSpec, ShapeSet, Threshold, register, vs_library, vs_reference
 
 LARGE_K = 2**20 + 3  # the GPU's long reduction: an fp16 accumulator fails it, an fp32 one does not
 
@@ -52,10 +45,7 @@ def fp16_accumulation_error(k: int, chunk: int) -> float:
 
 # Non-square shapes, shapes that are no multiple of any power-of-two tile, a single row, and (hidden,
 # GPU) one long reduction. The CPU sets stay small: the interpreter runs every K-step in Python.
-VISIBLE = ShapeSet(gpu=((512, 512, 512), (1000, 1030, 515), (1, 300, 257)),
-                   cpu=((64, 64, 64), (100, 70, 90), (1, 33, 65)))
-HIDDEN = ShapeSet(gpu=((2048, 1024, 768), (129, 65, 1027), (3001, 17, 64), (67, 45, LARGE_K)),
-                  cpu=((130, 65, 33), (17, 129, 31), (3, 5, 200), (20, 24, 4099)))
+HIDDEN = ShapeSet(gpu=(*matmul.HIDDEN.gpu, (67, 45, LARGE_K)), cpu=(*matmul.HIDDEN.cpu, (20, 24, 4099)))
 BENCH = ShapeSet(gpu=((4096, 4096, 4096), (8192, 8192, 8192)), cpu=())
 
 
@@ -75,19 +65,12 @@ def _thresholds(label: str) -> tuple[Threshold, ...]:
     )
 
 
-def _spec(label: str, dtype: torch.dtype, make_inputs: Callable[[Shape, int, str], Inputs],
-          baseline: Callable[[Inputs], torch.Tensor]) -> ExerciseSpec:
-    return ExerciseSpec(
+def _spec(label: str, dtype: torch.dtype) -> ExerciseSpec:
+    return matmul.exercise(
+        dtype,
         id=f"w2d6.matmul_{label}",
         title=f"{label} matmul on tensor cores, fp32 accumulation (Week 2, Day 6)",
         function=f"matmul_{label}",
-        **matmul.fields(2),
-        precision=label,
-        output_dtype=dtype,
-        make_inputs=make_inputs,
-        baseline=baseline,
-        baseline_name=f"cuBLAS {label}",
-        visible_shapes=VISIBLE,
         hidden_shapes=HIDDEN,
         bench_shapes=BENCH,
         thresholds=_thresholds(label),
@@ -97,5 +80,9 @@ def _spec(label: str, dtype: torch.dtype, make_inputs: Callable[[Shape, int, str
     )
 
 
-FP16 = register(_spec("fp16", torch.float16, fp16_inputs, cublas_fp16))
-BF16 = register(_spec("bf16", torch.bfloat16, bf16_inputs, cublas_bf16))
+FP16 = register(_spec("fp16", torch.float16))
+BF16 = register(_spec("bf16", torch.bfloat16))
+# cuBLAS accumulating in fp32 only (reduced-precision reductions off): 16-bit in, 16-bit out. The names the
+# notebook's tests and the benches use.
+fp16_inputs, cublas_fp16 = FP16.make_inputs, FP16.baseline
+bf16_inputs, cublas_bf16 = BF16.make_inputs, BF16.baseline

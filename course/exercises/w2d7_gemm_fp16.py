@@ -30,7 +30,7 @@ import torch
 
 from course.exercises import matmul
 from course.exercises.w2d6_tensor_cores import LARGE_K
-from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
+from course.spec import Inputs, Shape, ShapeSet, host_exercise, register, vs_library, vs_reference
 
 # ---------------------------------------------------------------------------------------------------
 # w2d7.tile_order
@@ -94,7 +94,7 @@ def draw_order_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
 
 
 TILE_ORDER = register(
-    ExerciseSpec(
+    host_exercise(
         id="w2d7.tile_order",
         title="Grouped tile order (Week 2, Day 7)",
         function="tile_order",
@@ -103,26 +103,15 @@ TILE_ORDER = register(
         output_dtype=torch.int64,  # what a tensor answer must be; accept_order judges the values
         make_inputs=order_inputs,
         reference=order_reference,
-        baseline=order_reference,  # never timed: a host function's speed is not graded
-        baseline_name="the formula",
         output_shape=lambda shape: (shape[0], shape[1]),
-        flops=lambda shape: 0.0,
-        bytes_moved=lambda shape: 0.0,
         # A group height that divides the rows, one that does not (the last group is shorter), one
         # taller than the grid (a single group: column-major order) and a single row of tiles.
-        visible_shapes=ShapeSet(gpu=((4, 6, 2), (5, 3, 2), (3, 4, 8), (1, 5, 4)),
-                                cpu=((4, 6, 2), (5, 3, 2), (3, 4, 8), (1, 5, 4))),
+        visible=((4, 6, 2), (5, 3, 2), (3, 4, 8), (1, 5, 4)),
         # group_m = 1 is plain row-major order; the last grid is an 8192 x 8192 output in 128 x 256 tiles.
-        hidden_shapes=ShapeSet(
-            gpu=((7, 5, 3), (6, 6, 1), (9, 2, 4), (2, 9, 8), (13, 11, 8), (1, 1, 8), (64, 32, 8)),
-            cpu=((7, 5, 3), (6, 6, 1), (9, 2, 4), (2, 9, 8), (13, 11, 8), (1, 1, 8), (64, 32, 8)),
-        ),
-        bench_shapes=ShapeSet(gpu=(), cpu=()),
-        thresholds=(),
+        hidden=((7, 5, 3), (6, 6, 1), (9, 2, 4), (2, 9, 8), (13, 11, 8), (1, 1, 8), (64, 32, 8)),
         notebook="week2/day7_optimized_gemm",
         correctness_cells={"test_tile_order_visible": "visible", "test_tile_order_hidden": "hidden"},
         draw_hidden=draw_order_hidden,
-        kind="host",
         accept=accept_order,
     )
 )
@@ -131,56 +120,30 @@ TILE_ORDER = register(
 # w2d7.matmul_fp16
 
 
-# Drawn in fp16 directly (Days 4-6 round fp32 draws): the inputs the bands below were measured with.
-make_inputs = matmul.inputs_in(torch.float16, drawn_in=torch.float16)
-# cuBLAS HGEMM with fp32 accumulation and no reduced-precision (fp16) split-K reductions: the exercise's job.
-cublas_fp16 = matmul.library("allow_fp16_reduced_precision_reduction")
 
 
-_PRIMES = (3, 5, 7, 13, 31, 61, 127, 251, 509, 1021, 2039, 3001)
-
-
-def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
-    """Two more shapes per grading run: one with every side a multiple of 8 (rows 16-byte aligned, the shapes
-    a TMA kernel takes) and one with sides that are 1, a prime or odd; small for the CPU interpreter."""
-    limit = 3001 if has_gpu else 70
-
-    def odd_side() -> int:
-        choice = rng.random()
-        if choice < 0.15:
-            return 1
-        if choice < 0.6:
-            return rng.choice([p for p in _PRIMES if p <= limit])
-        return rng.randrange(1, limit + 1, 2)
-
-    aligned = tuple(8 * rng.randint(1, limit // 8) for _ in range(3))
-    return aligned, (odd_side(), odd_side(), odd_side())
+# Two more hidden shapes per grading run: every side a multiple of 8 (rows 16-byte aligned, the shapes a TMA
+# kernel takes), and every side 1, a prime or odd.
+draw_hidden = matmul.hidden_drawer((matmul.multiple_of_8,) * 3, (matmul.one_prime_or_odd,) * 3)
 
 
 THRESHOLD_PRECISION = "fp16 inputs, fp32 accumulation, fp16 output"
 
 MATMUL_FP16 = register(
-    ExerciseSpec(
+    matmul.exercise(
+        torch.float16,
+        drawn_in=torch.float16,  # drawn in fp16 directly (Days 4-6 round fp32 draws): the bands' own inputs
         id="w2d7.matmul_fp16",
         title="Optimized fp16 GEMM (Week 2, Day 7)",
         function="matmul_fp16",
-        **matmul.fields(2),
-        precision="fp16",
-        output_dtype=torch.float16,
-        make_inputs=make_inputs,
-        baseline=cublas_fp16,
-        baseline_name="cuBLAS fp16",
         # Square and non-square, rows 16-byte aligned (every side a multiple of 8: a TMA kernel's shapes)
         # and not (K = 257, 65: a TMA kernel must fall back to plain loads), a single row, and sides that
         # are no multiple of any tile: a kernel without masks, or right only for aligned shapes, fails here.
-        visible_shapes=ShapeSet(
-            gpu=((512, 512, 512), (1000, 1032, 520), (1, 300, 257)),
-            cpu=((64, 64, 64), (100, 72, 40), (1, 33, 65)),
-        ),
+        visible_shapes=matmul.VISIBLE_ALIGNED,
         # On a GPU also K = 2**20 + 3: an fp16 accumulator fails it (see the module's docstring).
         hidden_shapes=ShapeSet(
-            gpu=((2048, 1024, 768), (129, 65, 1027), (3001, 17, 64), (1536, 2560, 4104), (67, 45, LARGE_K)),
-            cpu=((130, 65, 33), (17, 129, 31), (3, 5, 200), (96, 40, 48)),
+            gpu=(*matmul.HIDDEN.gpu, (1536, 2560, 4104), (67, 45, LARGE_K)),
+            cpu=(*matmul.HIDDEN.cpu, (96, 40, 48)),
         ),
         # Two square sizes and a non-square one with K != N; every side a multiple of 128.
         bench_shapes=ShapeSet(
@@ -207,3 +170,5 @@ MATMUL_FP16 = register(
         draw_hidden=draw_hidden,
     )
 )
+
+make_inputs, cublas_fp16 = MATMUL_FP16.make_inputs, MATMUL_FP16.baseline  # the names the tests and benches use
