@@ -158,6 +158,8 @@ if __name__ == "__main__":
     import sys
     from pathlib import Path
 
-    import course  # noqa: F401  (chooses the device)
+    from course import device
+
+    device.configure()  # before launch_transposes defines its kernels
 
     launch_transposes(json.loads(Path(sys.argv[1]).read_text(encoding="utf-8")))

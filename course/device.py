@@ -1,9 +1,10 @@
 """Which device the course runs on: a CUDA GPU, or the CPU through the Triton interpreter.
 
 Triton decides between compiling a kernel and interpreting it when ``@triton.jit`` decorates
-the function, reading ``TRITON_INTERPRET`` at that moment. ``configure`` sets that variable; it
-runs when ``course`` is imported, so a notebook whose first line is ``import course`` cannot
-get it wrong. A kernel decorated before that is caught at launch by ``course.guard``.
+the function, reading ``TRITON_INTERPRET`` at that moment. ``configure`` sets that variable; every
+notebook calls it in its first cell, and ``info`` calls it at the device's first use (importing
+``course`` does not: it leaves the process as it was). A kernel decorated before that is caught at
+launch by ``course.guard``.
 """
 
 from __future__ import annotations

@@ -161,8 +161,8 @@ def install_launch_probes() -> None:
             if compiled and device.info().interpret:
                 raise KernelDefinedTooEarly(
                     f"kernel {_kernel_name(self)!r} was compiled for a GPU, but this machine runs Triton "
-                    "in the CPU interpreter: it was defined before `import course`. Restart the kernel "
-                    "and run the notebook from the top (the first cell imports course)."
+                    "in the CPU interpreter: it was defined before `course.device.configure()`. Restart the "
+                    "kernel and run the notebook from the top (the first cell chooses the device)."
                 )
             with _LaunchScope(_kernel_name(self)):
                 return run(self, *args, **kwargs)

@@ -8,10 +8,13 @@ a plain copy.
 
 from __future__ import annotations
 
-# Importing this module imports the `course` package first, which chooses the device before the kernel is defined.
 import torch
 import triton
 import triton.language as tl
+
+from course import device
+
+device.info()  # the device chosen (at its first use) before the kernel below is defined
 
 
 @triton.jit

@@ -13,7 +13,6 @@ source text ever runs in the judge.
 from __future__ import annotations
 
 import ast
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,22 +20,9 @@ from typing import Any
 MAX_SOURCE_CHARS = 1_000_000
 
 
-def _course_cuda() -> Any:
-    """``course.cuda``, imported without letting ``import course`` switch this builder's Triton kernels to
-    the CPU interpreter (it sets TRITON_INTERPRET when no GPU is visible)."""
-    previous = os.environ.get("TRITON_INTERPRET")
-    from course import cuda
-
-    if previous is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = previous
-    return cuda
-
-
 def string_constants(cells: list[str]) -> dict[str, str]:
     """SHA-256 -> text of every ``NAME = "..."`` (or ``NAME: str = "..."``) at the top level of a cell."""
-    cuda = _course_cuda()
+    from course import cuda
 
     found = {}
     for source in cells:
@@ -55,7 +41,7 @@ def string_constants(cells: list[str]) -> dict[str, str]:
 
 def launch_key(launch: dict[str, Any]) -> str:
     """The module a CUDA launch names, by its source digest and options ("cuda-malformed" for a bad entry)."""
-    cuda = _course_cuda()
+    from course import cuda
 
     entry = launch.get("cuda")
     try:
@@ -68,7 +54,7 @@ def launch_key(launch: dict[str, Any]) -> str:
 
 def build_launch(launch: dict[str, Any], constants: dict[str, str], arch: int, out: Path) -> dict[str, Any]:
     """The index entry of the module ``launch`` names: its compiled file, or why it was not built."""
-    cuda = _course_cuda()
+    from course import cuda
 
     name = str(launch.get("kernel"))[:80]
     key = launch_key(launch)

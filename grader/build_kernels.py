@@ -368,7 +368,6 @@ def compile_to_ttgir(source: Any, target: Any, options: dict[str, Any]) -> str:
 def build(request: dict[str, Any]) -> dict[str, Any]:
     """Compile every recorded launch's kernel to TTGIR; the index maps launch_key -> TTGIR file or error."""
     import nbformat
-    import triton.language  # noqa: F401  (before course, which sets TRITON_INTERPRET where it sees no GPU)
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 

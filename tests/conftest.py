@@ -8,7 +8,9 @@ import os
 import pytest
 import torch
 
-import course  # noqa: F401  (chooses the device before any test defines a Triton kernel)
+import course
+
+course.device.configure()  # before any test module defines a Triton kernel
 
 HAS_GPU = torch.cuda.is_available()
 NO_GPU = "needs a CUDA GPU: NOT RUN, not counted as passed"

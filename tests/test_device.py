@@ -1,4 +1,8 @@
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,12 +12,34 @@ import triton.language as tl
 from course import check, device, peaks, spec
 from tests.conftest import HAS_GPU
 
+REPO = Path(__file__).resolve().parent.parent
+
 
 def test_configure_matches_the_machine():
     info = device.info()
     assert info.has_gpu == HAS_GPU
     assert os.environ["TRITON_INTERPRET"] == ("0" if HAS_GPU else "1")
     assert info.describe()
+
+
+def test_importing_course_and_every_spec_leaves_the_environment_as_it_was():
+    # A fresh process: this one configured the device already (conftest).
+    probe = """
+import json, os, sys
+before = dict(os.environ)
+import course, course.spec, course.exercises, course.plan, course.export, course.record
+course.spec.all_specs()
+print(json.dumps({k: [before.get(k), os.environ.get(k)] for k in set(before) | set(os.environ)
+                  if before.get(k) != os.environ.get(k)}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    changed = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env,
+                             cwd=REPO).stdout
+    assert json.loads(changed) == {}
+    chosen = subprocess.run([sys.executable, "-c", "import os, course; course.device.info(); "
+                             "print(os.environ['TRITON_INTERPRET'])"], capture_output=True, text=True,
+                            check=True, env=env, cwd=REPO).stdout.strip()
+    assert chosen == ("0" if HAS_GPU else "1")  # chosen at the device's first use
 
 
 def test_configure_refuses_unknown_modes():
@@ -71,4 +97,4 @@ def test_kernel_defined_before_course_is_caught_at_launch(monkeypatch):
 
     result = check.check_one(spec.get("w1d7.matmul_fp32"), matmul, (4, 4, 4), seed=0)
     assert not result.passed
-    assert "defined before `import course`" in result.message
+    assert "defined before `course.device.configure()`" in result.message
