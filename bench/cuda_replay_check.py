@@ -3,7 +3,7 @@
     python3 bench/cuda_replay_check.py [WORKDIR]
 
 1. This process compiles a small kernel through ``course.cuda`` (NVRTC; the first compile and a cached
-   one timed), launches it, and records a call with ``course.plan.record_call``; it writes the plan and
+   one timed), launches it, and records a call with ``course.recorder.plan.record_call``; it writes the plan and
    a one-cell notebook holding the source as a top-level constant.
 2. ``python -m grader.build_kernels`` builds it in a process of its own (as the grader's builder does).
 3. A fresh process (``--judge``) loads the module, replays the plan on new inputs through
@@ -60,8 +60,8 @@ def record(work: Path) -> None:
     import torch
 
     import course
-    from course import cuda, plan
-
+    from course import cuda
+    from course.recorder import plan
     course.device.configure("gpu")
     started = time.perf_counter()
     module = cuda.compile(SOURCE)

@@ -22,7 +22,8 @@ os.environ.pop("COURSE_GRADING", None)
 
 import nbformat  # noqa: E402
 
-from course import bench, device, plan, spec  # noqa: E402
+from course import bench, device, spec  # noqa: E402
+from course.recorder import plan
 from grader import build_kernels, judge, replay  # noqa: E402
 from grader.layout import SOLUTIONS  # noqa: E402
 

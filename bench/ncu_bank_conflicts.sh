@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 import course
-import course.banks
+import course.days.banks
 
 course.device.configure("gpu")
 constants = {}
@@ -43,18 +43,18 @@ print(f"== ncu counters on {torch.cuda.get_device_name()} ({os.environ['NCU']})"
 for n in (4096, 8192):
     predicted = n * n // 32 * 31
     try:
-        counters = course.banks.ncu_counters({"n": n, "tile": 32, "block": [32, 8], "kernels": kernels},
+        counters = course.days.banks.ncu_counters({"n": n, "tile": 32, "block": [32, 8], "kernels": kernels},
                                              ncu=os.environ["NCU"])
     except Exception as error:
         print(f"NOT RUN n={n}: {type(error).__name__}: {error}")
         break
     for name, found in counters.items():
-        ld, st, passes = (found.get(m, float("nan")) for m in course.banks.NCU_METRICS)
+        ld, st, passes = (found.get(m, float("nan")) for m in course.days.banks.NCU_METRICS)
         print(f"n={n} {name:<22} load conflicts {ld:>14,.0f}  store conflicts {st:>12,.0f}  "
               f"load wavefronts {passes:>14,.0f}   (predicted load conflicts: "
               f"{predicted if name == 'transpose_conflicted' else 0:,})")
-    conflicted = counters.get("transpose_conflicted", {}).get(course.banks.NCU_METRICS[0], 0.0)
-    padded = counters.get("transpose_padded", {}).get(course.banks.NCU_METRICS[0], float("inf"))
+    conflicted = counters.get("transpose_conflicted", {}).get(course.days.banks.NCU_METRICS[0], 0.0)
+    padded = counters.get("transpose_padded", {}).get(course.days.banks.NCU_METRICS[0], float("inf"))
     ok = conflicted >= 0.5 * predicted and padded <= 0.01 * conflicted
     failures += not ok
     print(f"{'PASS' if ok else 'FAIL'} n={n}: conflicted {conflicted:,.0f} load conflicts, padded {padded:,.0f} "

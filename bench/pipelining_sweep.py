@@ -43,7 +43,9 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.runtime.errors import OutOfResources  # noqa: E402
 
-from course import bench, pipelining  # noqa: E402
+from course import bench  # noqa: E402
+
+from course.days import pipelining  # noqa: E402
 from course.exercises.w2d4_pipelining import MATMUL, SMEM  # noqa: E402
 from course.spec import geometric_mean  # noqa: E402
 

@@ -36,10 +36,10 @@ import triton.language as tl
 import course
 from course import bench, peaks
 from course.check import relative_error
+from course.days.formats import FORMATS
 from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
 from course.exercises.matmul_fp32 import cublas_fp32
-from course.formats import FORMATS
 
 REPO = Path(__file__).resolve().parent.parent
 SIZE = 4096

@@ -7,7 +7,7 @@ solution from the solution notebook (its wrapper takes TMA where the matrices ca
 the pointer kernel elsewhere) and two small kernels of its own: one that makes its descriptors on the
 device (``tl.make_tensor_descriptor``, which needs global scratch) and one that writes into its
 input through a descriptor. It records launch plans of calls on several shapes exactly as the
-grader's sandbox does (``course.plan.record_call``), writes them as an export, and runs the builder
+grader's sandbox does (``course.recorder.plan.record_call``), writes them as an export, and runs the builder
 (``python -m grader.build_kernels``) on a notebook holding those cells. A fresh process
 (``--replay OUT_DIR``) then loads the builds from TTGIR, replays every plan on fresh inputs drawn
 from other seeds, compares each output with an fp64 reference, checks that forged plans are refused,
@@ -31,9 +31,10 @@ os.environ.pop("COURSE_GRADING", None)
 import nbformat  # noqa: E402
 import torch  # noqa: E402
 
-from course import device, plan  # noqa: E402
+from course import device  # noqa: E402
 from course.exercises import matmul  # noqa: E402
 from course.exercises import w2d5_tma as day5  # noqa: E402
+from course.recorder import plan
 from grader.layout import SOLUTIONS  # noqa: E402
 
 SETUP = """import torch

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from course import device, divergence, plan, record
+from course import device, divergence, record
 from course.guard import ForbiddenCallError, Guard, KernelDefinedTooEarly, user_cuda_kernels
+from course.recorder import plan
 from course.spec import TOLERANCES, ExerciseSpec, Shape, get
 
 VISIBLE = "visible"
@@ -121,7 +122,7 @@ def compare(spec: ExerciseSpec, shape: Shape, out: Any, ref: Any, on: str) -> Ch
 def as_exported(value: Any, depth: int = 0) -> tuple[Any, str | None]:
     """A host function's returned value as the grader's judge receives it, or why the grader refuses it.
 
-    The same rules as ``course.export``: exact built-in types, lists, tuples and dicts of them, and
+    The same rules as ``course.recorder.export``: exact built-in types, lists, tuples and dicts of them, and
     numeric arrays (a NumPy array arrives as a torch.Tensor). A NumPy scalar or a subclass is refused.
     """
     kind = type(value)

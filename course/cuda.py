@@ -20,7 +20,7 @@ to torch's current stream, so torch's timing and synchronisation see it.
 NVRTC compiles a module in well under a second, where a ``torch.utils.cpp_extension`` build takes
 half a minute. ``compile`` caches each (source, options) in this process.
 
-While ``course.plan.record_call`` runs, each launch is recorded as data: a digest of the source and
+While ``course.recorder.plan.record_call`` runs, each launch is recorded as data: a digest of the source and
 the options, the kernel's name, grid, block, dynamic shared memory, and each argument as a pointer
 into a known buffer or a typed scalar. The grader's builder compiles the source again from the
 notebook's text (it must be a string constant at the top level of a cell, ``SOURCE = r'''...'''``)
@@ -374,8 +374,8 @@ class Kernel:
             raise ValueError(f"kernel {self.name}: {problem}")
         arguments = [_argument(value, i, self.name) for i, value in enumerate(args)]
         function = self.module._function(self.name)
-        from course import guard, plan
-
+        from course import guard
+        from course.recorder import plan
         recording = plan.active()
         if recording is not None and not recording.in_launch:
             _record(recording, self, grid3, block3, int(shared_mem), args, arguments)
@@ -399,7 +399,7 @@ def _argument(value: Any, index: int, kernel: str) -> tuple[str, int | float]:
 
 def _record(recording: Any, kernel: Kernel, grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int,
             args: Sequence[Any], arguments: list[tuple[str, int | float]]) -> None:
-    """Add one launch to the plan ``course.plan.record_call`` is recording."""
+    """Add one launch to the plan ``course.recorder.plan.record_call`` is recording."""
     import torch
 
     encoded = []

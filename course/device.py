@@ -112,8 +112,8 @@ def synchronize() -> None:
     """Wait until all work queued on the course's device has finished.
 
     On a GPU this is ``torch.cuda.synchronize()``; on a CPU it waits for the simulated asynchronous
-    device of ``course.async_work`` (Day 2), so a timer written with it is right on both.
+    device of ``course.days.async_work`` (Day 2), so a timer written with it is right on both.
     """
-    from course import async_work
+    from course.days import async_work
 
     async_work.synchronize(info().torch_device)

@@ -298,8 +298,8 @@ def specialisation(launch: dict[str, Any], kernel: Any) -> tuple[dict[str, str],
                                                                  dict[tuple[int, ...], Any], dict[str, Any]]:
     """A recorded launch's (signature, constexprs, attrs, options), checked to be plain data the compiler only
     reads; raises ValueError with what is wrong."""
-    from course import descriptors
-    from course.plan import COMPILE_OPTIONS, decode_value
+    from course.recorder import descriptors
+    from course.recorder.plan import COMPILE_OPTIONS, decode_value
 
     signature = launch.get("signature")
     if not isinstance(signature, dict) or list(signature) != list(kernel.arg_names):
@@ -371,7 +371,7 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from course.plan import ttgir_digest
+    from course.recorder.plan import ttgir_digest
 
     out = Path(request["out"])
     out.mkdir(parents=True, exist_ok=True)

@@ -379,7 +379,7 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, replayed: Any, ou
     import torch
 
     from course.check import compare
-    from course.export import BF16_BITS
+    from course.recorder.export import BF16_BITS
 
     shape = tuple(call["shape"])
     label = spec.shape_label(shape)
@@ -560,8 +560,8 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
                 kernels: Any, reference_export: dict[str, Any], reference_kernels: Any) -> dict[str, Any]:
     import torch
 
-    from course import plan as plan_module
     from course.check import compare
+    from course.recorder import plan as plan_module
     from grader import replay
 
     calls, error = _calls_of(export, spec.id)

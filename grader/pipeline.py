@@ -41,7 +41,7 @@ from nbgrader.api import Gradebook
 from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
-from course.plan import NOMINAL_TARGET
+from course.recorder.plan import NOMINAL_TARGET
 from grader import GRADER_VERSION, gpu_idle, gpu_nodes, gradebook, judge, results, sandbox, score, term, watchdog
 from grader.compile_ttgir import compile_built
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
@@ -231,7 +231,7 @@ def with_recording_cell(nb: nbformat.NotebookNode, request_path: Path) -> nbform
     nb = nbformat.from_dict(json.loads(nbformat.writes(nb)))
     cell = nbformat.v4.new_code_cell(
         "# Added by the grader: records your graded functions' launch plans and your answers for the judge.\n"
-        f"import course.export\ncourse.export.write(globals(), {str(request_path)!r})")
+        f"import course.recorder.export\ncourse.export.write(globals(), {str(request_path)!r})")
     cell.metadata["tags"] = [RECORDING_CELL]
     nb.cells.append(cell)
     return nb

@@ -1,6 +1,6 @@
 """Replay a recorded launch plan on the judge's own buffers, with nothing of the student's Python.
 
-A plan (``course.plan``) is untrusted JSON. ``prepare`` checks it against bounds before anything
+A plan (``course.recorder.plan``) is untrusted JSON. ``prepare`` checks it against bounds before anything
 runs (known kernels from the course's own build, grid sizes, buffer sizes and offsets, each argument
 of the kind its kernel's signature says, tensor descriptors and the output view inside their
 buffers), allocates its buffers (uninitialised ones filled with NaN) and any global scratch, and
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from course import cuda
-from course.plan import PLAN_VERSIONS, decode_value, describe_inputs, ttgir_digest
+from course.recorder.plan import PLAN_VERSIONS, decode_value, describe_inputs, ttgir_digest
 from grader import build_cuda, compile_ttgir, tma_replay
 from grader.build_kernels import launch_key
 

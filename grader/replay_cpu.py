@@ -10,7 +10,7 @@ grid, every argument against its kind, the output view), launches its kernels in
 and saves each output as ``.npy`` (bf16 as its bits). The judge (``grader.judge.judge_cpu``)
 compares them with the reference outside; nothing the notebook's own process did decides a verdict.
 
-An interpreted launch (``course.plan``) has no compiled kernel to compare with the build, and
+An interpreted launch (``course.recorder.plan``) has no compiled kernel to compare with the build, and
 needs none: the kernel replayed is the one the notebook's source defines under that name. A
 pointer becomes a 1-D view of the judge's buffer at the recorded byte offset, of the dtype the
 signature says; a host-side tensor descriptor a ``TensorDescriptor`` over such a view, once its
@@ -64,7 +64,7 @@ def _view(buffers: dict[str, torch.Tensor], where: Any, element: str) -> torch.T
 def _descriptor(buffers: dict[str, torch.Tensor], kind: str, entry: Any) -> list[Any]:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    from course import descriptors
+    from course.recorder import descriptors
     from grader import tma_replay
 
     tma_replay.descriptor_arguments(buffers, entry, kind, None)  # its checks (the pointer form it returns is a GPU's)
@@ -75,7 +75,7 @@ def _descriptor(buffers: dict[str, torch.Tensor], kind: str, entry: Any) -> list
 
 def _constexprs(launch: dict[str, Any], names: list[str], signature: dict[str, Any]) -> dict[str, Any]:
     """The recorded value of each parameter the signature calls constexpr (each exactly once), by name."""
-    from course.plan import decode_value
+    from course.recorder.plan import decode_value
 
     recorded = launch.get("constexprs")
     wanted = {i for i, name in enumerate(names) if signature[name] == "constexpr"}
@@ -162,8 +162,8 @@ def _replay_call(spec: Any, call: dict[str, Any], plan: Any, kernels: dict[str, 
     """One call replayed on the inputs of its (secret) seed: its output saved, or the reason there is none."""
     import numpy as np
 
-    from course import plan as plan_module
-    from course.export import BF16_BITS, output_array
+    from course.recorder import plan as plan_module
+    from course.recorder.export import BF16_BITS, output_array
 
     shape, seed = tuple(call["shape"]), int(call["seed"])
     inputs = spec.make_inputs(shape, seed, "cpu")

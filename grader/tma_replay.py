@@ -6,7 +6,7 @@ Triton's JIT launcher builds the map from a ``TensorDescriptor`` at every launch
 judge compiles from TTGIR has no JIT launcher, so ``adapt`` reads each descriptor parameter's
 layout (swizzle, element type, box) from the TTGIR itself and lets the launcher take a ready map,
 and ``descriptor_arguments`` builds that map, once per prepared call, over the judge's own buffer
-after checking that the whole view lies inside it (``course.descriptors.view_problem``). Nothing
+after checking that the whole view lies inside it (``course.recorder.descriptors.view_problem``). Nothing
 about the layout is taken from the plan. On an older GPU Triton compiles descriptors into pointer
 code, and the same descriptor reaches the kernel as its base pointer, shape, strides and padding
 flag, then shape and strides again: ``descriptor_arguments`` passes that form when given no layout.
@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from course import descriptors
+from course.recorder import descriptors
 
 MAX_SCRATCH_BYTES = 256 * 2**20
 _IR_DESCRIPTOR = "!tt.tensordesc"

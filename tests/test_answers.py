@@ -12,7 +12,7 @@ from nbgrader.utils import is_grade, is_solution
 
 import course
 from course import answers, spec
-from course.export import encode_answer
+from course.recorder.export import encode_answer
 from grader import judge, release, score
 from grader.layout import CourseNotebook, course_notebooks
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from triton.backends.compiler import GPUTarget
 
-from course.plan import ttgir_digest
+from course.recorder.plan import ttgir_digest
 from grader import build_kernels, compile_ttgir, replay, results
 from grader.layout import REPO, SOLUTIONS
 
@@ -26,8 +26,8 @@ BLOCKS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
 
 
 def _launch(m: int, n: int, k: int) -> dict:
-    """matmul_kernel as the solution launches it on a GPU for row-major (m, k) @ (k, n), as course.plan records it:
-    integers of 1 specialised away, the others and the pointers marked divisible by 16 where they are."""
+    """matmul_kernel as the solution launches it on a GPU for row-major (m, k) @ (k, n), as course.recorder.plan
+    records it: integers of 1 specialised away, the others and the pointers marked divisible by 16 where they are."""
     values = {"M": m, "N": n, "K": k, "stride_am": k, "stride_ak": 1, "stride_bk": n, "stride_bn": 1, "stride_cm": n,
               "stride_cn": 1}
     signature, constexprs, attrs = {}, [], []

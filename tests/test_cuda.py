@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 import torch
 
-from course import cuda, plan
+from course import cuda
+from course.recorder import plan
 from grader import build_cuda, build_kernels
 from tests.conftest import HAS_GPU
 

@@ -1,4 +1,4 @@
-"""Week 2 Day 1: the roofline specs (references, drawn records, accept rules), course.profiling's ncu reader,
+"""Week 2 Day 1: the roofline specs (references, drawn records, accept rules), course.days.profiling's ncu reader,
 and the shared changes the day needs (a spec's accept rule in compare, host functions in check_one, a roofline
 that spans its points)."""
 
@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from course import check, plot, profiling
+from course import check, plot
+from course.days import profiling
+from course.days.profiling import Measurement
 from course.exercises import w2d1_profiling as day1
-from course.profiling import Measurement
 from course.spec import get
 
 CLASSIFY = get("w2d1.classify")
@@ -198,6 +199,6 @@ def test_roofline_spans_its_points():
 
 @pytest.mark.gpu
 def test_ncu_target_runs_on_a_gpu():
-    from course import profiling_target
+    from course.days import profiling_target
 
     profiling_target.run(steps=4, n=1 << 20, launches=2)

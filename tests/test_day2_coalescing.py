@@ -1,5 +1,5 @@
 """Week 2 Day 2: the transpose spec (reference, inputs, the exact spot check, the copy baseline, shapes), the
-sector counting and access picture of course.coalescing, and the solution notebook's transpose itself."""
+sector counting and access picture of course.days.coalescing, and the solution notebook's transpose itself."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import course
-from course import check, coalescing
+from course import check
+from course.days import coalescing
 from course.exercises import transpose
 from course.exercises import w2d2_coalescing as day2
 from course.spec import get

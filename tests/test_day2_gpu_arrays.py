@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import course
-from course import async_work, check
+from course import check
+from course.days import async_work
 from course.exercises import w1d2_gpu_arrays as day2
 from course.exercises.w1d2_gpu_arrays import SPEC
 
@@ -184,7 +185,7 @@ def test_device_synchronize_waits_for_the_simulated_device_on_a_cpu():
 
 
 def test_the_spin_kernel_compiles_for_an_h100_to_a_loop_on_the_nanosecond_clock():
-    from course import sm90
+    from course.days import sm90
 
     case = sm90.Specialisation("spin", {"out_ptr": "*i64", "duration_ns": "i32"}, {}, {"num_warps": 1})
     made = sm90.compile_in_child(async_work.spin_body, [case])["spin"]

@@ -9,7 +9,8 @@ import nbformat
 import pytest
 import torch
 
-from course import banks, check, spec
+from course import check, spec
+from course.days import banks
 from grader import build_cuda, judge, score
 from grader.layout import find_course_notebook
 from grader.release import master_version

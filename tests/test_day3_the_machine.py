@@ -2,7 +2,7 @@
 
 The shared changes: datasheet SM figures in course.peaks; an ``accept`` rule that judges plain values
 (course.check.compare) and no "a kernel must have launched" rule for host functions; integer buffers
-poisoned with -1 (course.guard, course.plan) as the judge's replay does; course.plot.program_grid; and
+poisoned with -1 (course.guard, course.recorder.plan) as the judge's replay does; course.plot.program_grid; and
 no benchmark calls for a kernel without performance items (grader.pipeline.kernel_calls).
 """
 
@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from matplotlib.figure import Figure
 
-from course import check, peaks, plan, plot
+from course import check, peaks, plot
 from course.exercises.w1d3_the_machine import (
     COORDINATES,
     PEAK,
@@ -28,6 +28,7 @@ from course.exercises.w1d3_the_machine import (
     peak_inputs,
     peak_reference,
 )
+from course.recorder import plan
 from course.spec import judged_shapes
 
 

@@ -18,8 +18,10 @@ import pytest
 import torch
 from triton.runtime.errors import OutOfResources
 
-from course import check, export, pipelining, plan, plot, spec
+from course import check, plot, spec
+from course.days import pipelining
 from course.exercises import w2d4_pipelining as day4
+from course.recorder import export, plan
 from grader import judge, pipeline
 from grader.build_kernels import launch_key
 from grader.layout import SOLUTIONS, course_notebooks
@@ -332,7 +334,7 @@ def test_out_of_resources_becomes_a_plain_message():
 # --- the judge's side: the builder keeps num_stages ----------------------------------------------------
 
 def _recorded_launch(stages: int) -> dict:
-    """A launch of the solution's kernel as course.plan records it for contiguous fp16 inputs of a 4096 problem."""
+    """A launch of the solution's kernel as course.recorder.plan records it for fp16 inputs of a 4096 problem."""
     names = pipelining.COURSE_ARGUMENTS
     constexprs = {"stride_ak": 1, "stride_bn": 1, "stride_cn": 1, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}
     signature = {n: "constexpr" if n in constexprs else "*fp16" if n.endswith("_ptr") else "i32" for n in names}

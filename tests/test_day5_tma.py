@@ -17,9 +17,10 @@ import nbformat
 import pytest
 import torch
 
-from course import descriptors, plan, spec
+from course import spec
 from course.exercises import matmul
 from course.exercises import w2d5_tma as day5
+from course.recorder import descriptors, plan
 from grader import build_kernels, replay, tma_replay
 
 KERNEL_CELL = '''
@@ -216,7 +217,7 @@ def test_outside_a_recording_a_descriptor_past_its_tensor_is_not_launched(tmp_pa
 
 @INTERPRETER_ONLY
 def test_the_warm_up_call_gets_inputs_of_its_own(tmp_path):
-    from course import export
+    from course.recorder import export
 
     cell = _module(tmp_path, "tma_cell_warmup")
     namespace = {"matmul_tma": lambda a, b: cell.double(torch.zeros_like(b), base=b)}  # sets b to zeros
@@ -438,7 +439,7 @@ def test_a_descriptor_plan_replays_on_fresh_buffers(tmp_path):
 # ------------------------------------------------------------------------------------- today's helpers
 
 def test_boxes_walk_one_block_at_a_time_past_the_edge():
-    from course import tma as pictures
+    from course.days import tma as pictures
 
     assert pictures.boxes_along((192, 0), (64, 64), 150, axis=1) == [(192, 0), (192, 64), (192, 128)]
     assert pictures.boxes_along((0, 64), (64, 32), 100, axis=0) == [(0, 64), (64, 64)]
@@ -449,7 +450,7 @@ def test_boxes_walk_one_block_at_a_time_past_the_edge():
 
 
 def test_instruction_counts_tell_tma_from_per_thread_copies():
-    from course import tma as pictures
+    from course.days import tma as pictures
 
     ptx = "\n".join([
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd2, {%r3, %r4}], [%r5];",

@@ -11,10 +11,12 @@ import torch
 import triton
 import triton.language as tl
 
-from course import export, formats, spec
+from course import spec
 from course.check import compare, relative_error
+from course.days import formats
 from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
+from course.recorder import export
 from grader import build_kernels, judge, pipeline
 from grader.layout import course_notebooks
 from grader.pipeline import Settings
@@ -247,7 +249,7 @@ def _listed_kernel(a_ptr, b_ptr, c_ptr, BLOCK: tl.constexpr, PRECISION: tl.const
 
 
 def test_sm90_listing_names_the_tensor_core_instruction():
-    from course.sm90 import Case, matrix_instructions
+    from course.days.sm90 import Case, matrix_instructions
 
     options = {"num_warps": 4, "num_stages": 1}
     cases = [Case("fp16", "fp16", {"BLOCK": 64, "PRECISION": "ieee"}, options),

@@ -17,10 +17,11 @@ import pytest
 import torch
 import triton
 
-from course import check, device, plan, plot, spec
+from course import check, device, plot, spec
 from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
 from course.exercises import w2d7_gemm_fp16 as day7
+from course.recorder import plan
 from grader import build_kernels, compile_ttgir, replay, results, tma_replay
 from grader.layout import REPO, SOLUTIONS
 
@@ -221,7 +222,7 @@ DIVISIBLE = [["tt.divisibility", 16]]
 
 
 def _launch(kernel, names, pointers, constexprs, warps, stages):
-    """A launch as course.plan records it on a GPU: strides of 1 specialised away, the rest divisible by 16."""
+    """A launch as course.recorder.plan records it on a GPU: strides of 1 specialised away, the rest divisible by 16."""
     signature, attrs = {}, []
     for index, name in enumerate(names):
         if name in constexprs:

@@ -27,7 +27,7 @@ def test_importing_course_and_every_spec_leaves_the_environment_as_it_was():
     probe = """
 import json, os, sys
 before = dict(os.environ)
-import course, course.spec, course.exercises, course.plan, course.export, course.record
+import course, course.spec, course.exercises, course.recorder.plan, course.recorder.export, course.record
 course.spec.all_specs()
 print(json.dumps({k: [before.get(k), os.environ.get(k)] for k in set(before) | set(os.environ)
                   if before.get(k) != os.environ.get(k)}))

@@ -9,7 +9,8 @@ import nbformat
 import pytest
 import torch
 
-from course import device, export, plan
+from course import device
+from course.recorder import export, plan
 from grader import build_kernels, judge
 from tests.conftest import HAS_GPU
 

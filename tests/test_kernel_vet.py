@@ -313,7 +313,7 @@ def test_a_cpu_run_s_kernels_are_built_for_a_nominal_gpu_and_checked_on_their_ir
 
     import torch
 
-    from course import plan
+    from course.recorder import plan
 
     path = tmp_path / "cpu_cell.py"
     path.write_text(CPU_CELL)
@@ -382,7 +382,7 @@ def test_a_kernel_in_functional_form_records_builds_and_replays_on_a_gpu(tmp_pat
 
     import torch
 
-    from course import plan
+    from course.recorder import plan
 
     path = tmp_path / "functional_cell.py"
     path.write_text(FUNCTIONAL_CELL)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from course import plan
 from course import spec as specs
+from course.recorder import plan
 from grader import build_kernels, judge, replay_cpu
 from grader.replay import Unreplayable
 

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import ast
 import pkgutil
+from pathlib import Path
 
 import course
 import grader
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _names(package) -> set[str]:
@@ -16,3 +20,26 @@ def _names(package) -> set[str]:
 def test_no_module_name_stands_in_both_packages():
     assert _names(course) and _names(grader)
     assert _names(course) & _names(grader) == set()
+
+
+def _imports_of(folder: Path) -> set[str]:
+    """Every module name imported (at any depth of the code) by the files under ``folder``."""
+    found = set()
+    for file in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names}
+    return found
+
+
+def test_the_grader_reads_nothing_of_the_day_helpers():
+    # The day helpers run beside the student's code and teach; none of them is part of what the judge trusts.
+    assert not {name for name in _imports_of(REPO / "grader") if name.startswith("course.days")}
+
+
+def test_the_recorder_stands_on_the_toolkit_alone():
+    # What runs in the sandbox and writes the judge's data imports neither the grader nor a day's helpers.
+    imported = _imports_of(REPO / "course" / "recorder")
+    assert not {name for name in imported if name.startswith(("grader", "course.days", "course.exercises"))}

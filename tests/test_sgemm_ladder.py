@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 import torch
 
-from course import cuda, sgemm_ladder
+from course import cuda
 from course import spec as specs
+from course.days import sgemm_ladder
 from course.exercises import w2_sgemm_ladder as ladder_specs
 from grader import judge, provenance
 from tests.adversarial.build import apply, fixtures, released_notebook

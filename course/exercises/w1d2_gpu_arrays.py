@@ -1,7 +1,7 @@
 """Week 1 Day 2: time one call of asynchronous device work, right.
 
 The student writes ``gpu_time_ms(fn)``: the time one call of ``fn()`` keeps the device busy, in
-milliseconds. The graded input is a workload (``course.async_work.Workload``) whose calls queue work
+milliseconds. The graded input is a workload (``course.days.async_work.Workload``) whose calls queue work
 of a duration drawn from the seed and return at once; before it is handed over, earlier work of
 one to two times that duration is queued on the same device, as in any real program. A right timer
 waits for the device before starting its clock and again before stopping it (or brackets the call
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from course import async_work
+from course.days import async_work
 from course.spec import Inputs, Shape, ShapeSet, host_exercise, register
 
 # A reported time passes within this factor of the truth, either way.

@@ -166,7 +166,7 @@ EXPECTED: dict[str, Expected] = {
                                         "the judge's shapes", old="CPU 7, GPU 7"),
     # the recording itself forged in the notebook's process (kernel: stub)
     "rebind_record_call": _stub_two(
-        "course.plan.record_call rebound before the recording cell: a clean plan, the reference's output",
+        "course.recorder.plan.record_call rebound before the recording cell: a clean plan, the reference's output",
         "no output of the notebook's process is judged: the plan is replayed on secret inputs (CPU: in a "
         "fresh sandbox, through the interpreter), where the stub kernel raises", old="CPU 7 (before the CPU replay)"),
     "post_run_cell_rewrites_export": _stub_two(

@@ -1,6 +1,6 @@
 """The kernel Nsight Compute profiles on Day 1 of Week 2: the notebook's Horner kernel, launched from a plain program.
 
-``python -m course.profiling target --steps S`` calls ``run``. Each element ``x`` of the input
+``python -m course.days.profiling target --steps S`` calls ``run``. Each element ``x`` of the input
 becomes ``y`` after ``S`` Horner steps ``y = y * x + 0.5`` (starting from ``y = x``): ``S`` fused
 multiply-adds, 2 FLOPs each, per 8 bytes of DRAM traffic (one fp32 read, one write). Zero steps is
 a plain copy.

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from course import descriptors
 from course.dispatch_mode import LazyDynamoDispatchMode
+from course.recorder import descriptors
 
 # 2: launches may be CUDA C (a "cuda" entry, course.cuda); 3: Triton arguments may be tensor descriptors
 PLAN_VERSION = 3

@@ -153,7 +153,7 @@ class Compiled:
 def compile_matmul(kernel: Any, block_m: int, block_n: int, block_k: int, num_warps: int, stages: Sequence[int],
                    arch: int = 90, timeout: float = 180.0) -> dict[int, Compiled | str]:
     """Compile the course's fp16 matmul kernel for an NVIDIA GPU of compute capability ``arch`` (90: H100) at each
-    stage count, no GPU needed (``course.sm90.compile_in_child``); a stage count that does not compile maps to
+    stage count, no GPU needed (``course.days.sm90.compile_in_child``); a stage count that does not compile maps to
     the reason.
 
     ``kernel`` is the notebook's ``@triton.jit`` function (compiled or interpreted); the problem is a 4096-sized
@@ -164,7 +164,7 @@ def compile_matmul(kernel: Any, block_m: int, block_n: int, block_k: int, num_wa
     import inspect
     import re
 
-    from course import sm90
+    from course.days import sm90
 
     names = list(inspect.signature(getattr(kernel, "fn", kernel)).parameters)
     if names != COURSE_ARGUMENTS:

@@ -5,7 +5,7 @@ Triton's wheel ships its compiler and NVIDIA's PTX assembler, and compiling for 
 no GPU. The compile runs in a child process with the interpreter switched off: in a process where
 Triton runs its CPU interpreter, Triton's own library functions (``tl.zeros`` is one) are interpreted
 functions, which the compiler cannot call. The child gets the kernel's source, never a pickle. The notebooks'
-helpers compile through ``compile_in_child`` (``course.pipelining`` too).
+helpers compile through ``compile_in_child`` (``course.days.pipelining`` too).
 """
 
 from __future__ import annotations

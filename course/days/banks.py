@@ -137,7 +137,7 @@ def ncu_counters(job: dict, ncu: str = "ncu", timeout: float = 300.0) -> dict[st
         path.write_text(json.dumps(job), encoding="utf-8")
         names = "|".join(k["name"] for k in job["kernels"])
         ran = subprocess.run([found, "--csv", "--metrics", ",".join(NCU_METRICS), "--kernel-name", f"regex:^({names})",
-                              sys.executable, "-m", "course.banks", str(path)],
+                              sys.executable, "-m", "course.days.banks", str(path)],
                              capture_output=True, text=True, timeout=timeout)
     errors = [line for line in (ran.stdout + ran.stderr).splitlines() if line.startswith("==ERROR==")]
     if ran.returncode or errors:

@@ -6,9 +6,9 @@ caused (bytes), how long it took, and the device's two peaks. ``parse_ncu_csv`` 
 
 Run as a program, it is the Nsight Compute target and summary of Day 1 (see ``bench/ncu_day1.sh``)::
 
-    python -m course.profiling metrics                       # the metric list to pass to ncu --metrics
-    python -m course.profiling target --steps 64            # the kernel ncu profiles (needs a GPU)
-    python -m course.profiling summary ncu.csv --peaks "NVIDIA H100 80GB HBM3"
+    python -m course.days.profiling metrics                       # the metric list to pass to ncu --metrics
+    python -m course.days.profiling target --steps 64            # the kernel ncu profiles (needs a GPU)
+    python -m course.days.profiling summary ncu.csv --peaks "NVIDIA H100 80GB HBM3"
 
 Nothing here imports Triton until the target runs, so the grader can import the record alone.
 """
@@ -105,7 +105,7 @@ def measurement_from_ncu(metrics: dict[str, float], peak_tflops: float, peak_tbp
 
 
 def summary(text: str, device_name: str) -> str:
-    """What ``python -m course.profiling summary`` prints: each launch's key metrics and derived rates."""
+    """What ``python -m course.days.profiling summary`` prints: each launch's key metrics and derived rates."""
     from course.peaks import datasheet_peaks
 
     peaks = datasheet_peaks(device_name)
@@ -130,7 +130,7 @@ def summary(text: str, device_name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course.profiling", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m course.days.profiling", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("metrics", help="print the comma-separated metric list for ncu --metrics")
     target = commands.add_parser("target", help="launch the Horner kernel (what ncu profiles)")
@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
     if args.command == "metrics":
         print(",".join(NCU_METRICS))
     elif args.command == "target":
-        from course import profiling_target  # imports Triton, after `course` chose the device
+        from course.days import profiling_target  # imports Triton, after `course` chose the device
 
         profiling_target.run(args.steps, args.n, args.launches)
     else:
