@@ -231,7 +231,7 @@ def with_recording_cell(nb: nbformat.NotebookNode, request_path: Path) -> nbform
     nb = nbformat.from_dict(json.loads(nbformat.writes(nb)))
     cell = nbformat.v4.new_code_cell(
         "# Added by the grader: records your graded functions' launch plans and your answers for the judge.\n"
-        f"import course.recorder.export\ncourse.export.write(globals(), {str(request_path)!r})")
+        f"import course.recorder.export\ncourse.recorder.export.write(globals(), {str(request_path)!r})")
     cell.metadata["tags"] = [RECORDING_CELL]
     nb.cells.append(cell)
     return nb
