@@ -170,6 +170,10 @@ class ExerciseSpec:
     # notebook). The judge refuses a launch of a kernel defined elsewhere, e.g. an earlier exercise's
     # kernel launched again under this exercise's name (grader/provenance.py).
     kernel_cells: tuple[str, ...] = ()
+    # The graded answer is a time the student's code measures on the GPU during the notebook's run (a host
+    # exercise): the grader then runs that notebook with the GPU held alone, as the judge times, because work
+    # of other notebooks' runs sharing the GPU would lengthen what it measures.
+    measures_the_gpu_in_run: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -1,7 +1,8 @@
 """Grade many notebooks at once, each stage on the resource it needs, every timing on a GPU held alone.
 
 A notebook goes through three stages (``grader.pipeline``): its run in the sandbox (``runs`` at once over all
-GPUs, each on the GPU with the fewest runs; the runs of one GPU share it, and nothing they do is timed), its
+GPUs, each on the GPU with the fewest runs; the runs of one GPU share it, and nothing they do is timed, unless
+the notebook's answer is a time it measures on the GPU: then its run holds the GPU alone), its
 build (CPU only: ``builds`` at once), and its judge (``judges_per_gpu`` judge processes per GPU, each on the GPU
 with the fewest judges). A judge does its GPU work, the replays and the timings, with the GPU held alone at the
 gate (``grader.gpu_gate``): one holder per GPU at a time, the runs on that GPU paused meanwhile. A notebook's
@@ -130,9 +131,10 @@ class Scheduler:
             pool.shutdown(wait=True)
 
     def submit(self, task: Any, reference: Future | None = None, prepare: Prepare | None = None,
-               label: str = "") -> Future:
+               label: str = "", run_alone: bool = False) -> Future:
         """Grade ``task``; its judge waits for ``reference`` and takes ``prepare(task, reference's result)``.
-        ``label`` names the notebook in ``events``."""
+        ``label`` names the notebook in ``events``. ``run_alone``: its run holds its GPU alone, as a judge does
+        (a notebook whose graded answer is a time its own code measures on the GPU)."""
         done: Future = Future()
 
         def guarded(stage: str, work: Callable[[], None]) -> Callable[[], None]:
@@ -149,10 +151,12 @@ class Scheduler:
                 self._one.acquire()
                 done.add_done_callback(lambda _: self._one.release())
             with self._run_gpus.take() as gpu, self._cpu or contextlib.nullcontext():
-                shared = self._gate.shared(gpu) if self._gate is not None and gpu is not None \
-                    else contextlib.nullcontext(None)
-                with shared as pause, self._timed(label, "run", gpu):
-                    staged = self._stages.run(replace(task, gpu=gpu) if gpu is not None else task, gpu, pause)
+                use = contextlib.nullcontext(None)
+                if self._gate is not None and gpu is not None:
+                    use = self._gate.exclusive(gpu) if run_alone else self._gate.shared(gpu)
+                with use as pause, self._timed(label, "run", gpu):
+                    staged = self._stages.run(replace(task, gpu=gpu) if gpu is not None else task, gpu,
+                                              None if run_alone else pause)
             self._builds.submit(guarded("build", lambda: build(staged)))
 
         def build(staged: Any) -> None:

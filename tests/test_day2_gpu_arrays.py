@@ -223,3 +223,12 @@ def test_gpu_work_longer_than_one_launch_is_split_and_still_timed_right():
     end.record()
     end.synchronize()
     assert async_work.MAX_LAUNCH_MS + 200 <= start.elapsed_time(end) <= (async_work.MAX_LAUNCH_MS + 200) * 1.05
+
+
+def test_the_notebook_runs_with_the_gpu_alone_and_only_it():
+    # Its answer is a time measured in the run: beside other runs on a shared GPU the truth would not hold.
+    from grader.layout import course_notebooks
+    from grader.pipeline import runs_alone
+
+    alone = {notebook.key for notebook in course_notebooks() if runs_alone(notebook)}
+    assert alone == {"week1/day2_gpu_arrays"}

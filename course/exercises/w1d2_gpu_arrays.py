@@ -100,6 +100,9 @@ SPEC = register(
         visible=ShapeSet(gpu=((5,), (20,), (80,)), cpu=((25,), (50,), (100,))),
         hidden=ShapeSet(gpu=((3,), (40,), (150,)), cpu=((30,), (70,), (140,))),
         notebook="week1/day2_gpu_arrays",
+        # The student's timer runs in the notebook: beside other runs sharing the GPU, a correct timer measured
+        # the workload longer than the judge's truth (a correct notebook lost the hidden set on two H100s).
+        measures_the_gpu_in_run=True,
         correctness_cells={"test_gpu_time_visible": "visible", "test_gpu_time_hidden": "hidden"},
         draw_hidden=draw_hidden,
         accept=accept,
