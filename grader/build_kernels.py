@@ -10,13 +10,13 @@ annotation is plain (no Python runs at definition time) and that each kernel bod
 but Triton's language (``grader.kernel_vet``: the code generator would call any Python function it
 reaches). It defines those functions and nothing else, and compiles each recorded specialisation
 (plain data, checked by ``specialisation``) for the requested target with Triton's own compiler, as far
-as TTGIR (``compile_to_ttgir``; a host-side tensor descriptor is specialised by its recorded signature
-entry, ``tensordesc<fp16[64, 64]>``: element type and block). It writes each kernel's TTGIR and an
-index; the GPU binary is made from that text outside the sandbox (``grader.compile_ttgir``). CUDA C launches
-(``course.cuda``) are built by ``grader.build_cuda`` from the notebook's top-level string constants,
-into the same index. The judge replays only these builds (recomputing each file's digest), so a
-kernel the notebook does not define, or a binary a student supplied, is never run, and a recorded
-launch whose kernel differs from the build is refused.
+as TTGIR (``course.compiler.compile_triton``, stopped after TTGIR; a host-side tensor descriptor is specialised
+by its recorded signature entry, ``tensordesc<fp16[64, 64]>``: element type and block). It writes each
+kernel's TTGIR and an index; the GPU binary is made from that text outside the sandbox
+(``grader.compile_ttgir``). CUDA C launches (``course.cuda``) are built by ``grader.build_cuda`` from the
+notebook's top-level string constants, into the same index. The judge replays only these builds
+(recomputing each file's digest), so a kernel the notebook does not define, or a binary a student supplied,
+is never run, and a recorded launch whose kernel differs from the build is refused.
 """
 
 from __future__ import annotations
@@ -331,46 +331,13 @@ def specialisation(launch: dict[str, Any], kernel: Any) -> tuple[dict[str, str],
     return dict(signature), constexprs, attrs, dict(options)
 
 
-class _ReachedTTGIR(Exception):
-    def __init__(self, ttgir: str) -> None:
-        super().__init__("the TTGIR stage is done")
-        self.ttgir = ttgir
-
-
-def _reached_ttgir(module: Any, metadata: dict[str, Any]) -> Any:
-    raise _ReachedTTGIR(str(module))  # str(module) is exactly what Triton stores as the kernel's .ttgir
-
-
-def _stop_after_ttgir(backend: Any, stages: dict[str, Any], options: Any, language: Any, capability: Any) -> None:
-    names = list(stages)
-    for name in names[names.index("ttgir") + 1:]:
-        del stages[name]
-    stages["reached_ttgir"] = _reached_ttgir
-
-
-def compile_to_ttgir(source: Any, target: Any, options: dict[str, Any]) -> str:
-    """The TTGIR text ``triton.compile(source, target=target, options=options)`` would produce, without its later
-    stages (LLVM IR, PTX, the binary): Triton's stage hook (``knobs.runtime.add_stages_inspection_hook``) ends the
-    pipeline after TTGIR with a stage that hands the text back by raising, so ``compile`` never stores a cache group
-    without a binary that a later full compile of the same kernel would take for a hit."""
-    import triton
-    from triton import knobs
-
-    with knobs.runtime.scope():
-        knobs.runtime.add_stages_inspection_hook = _stop_after_ttgir
-        try:
-            compiled = triton.compile(source, target=target, options=options)
-        except _ReachedTTGIR as reached:
-            return reached.ttgir
-    return compiled.asm["ttgir"]  # a cache hit: an earlier full compile of the same kernel
-
-
 def build(request: dict[str, Any]) -> dict[str, Any]:
     """Compile every recorded launch's kernel to TTGIR; the index maps launch_key -> TTGIR file or error."""
     import nbformat
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from course.compiler import compile_triton
     from course.recorder.plan import ttgir_digest
 
     out = Path(request["out"])
@@ -407,7 +374,7 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
                     continue
                 try:
                     source = ASTSource(kernels[name], signature, constexprs, attrs)
-                    ttgir = compile_to_ttgir(source, target, options)
+                    ttgir = compile_triton(source, target, options, until="ttgir")
                 except Exception as error:  # a kernel that does not compile is the student's to fix
                     index[key] = {"error": f"kernel {name} did not compile: {type(error).__name__}: {error}"[:600]}
                     continue

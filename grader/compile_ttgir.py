@@ -85,10 +85,10 @@ def _intact(built: Path) -> dict[str, dict[str, str]]:
 
 def _compile_one(file: str, kernel: str, target: Any) -> str | None:
     """Compile one TTGIR file into the cache, as the judge calls the compiler; its error message or None."""
-    import triton
+    from course.compiler import compile_triton
 
     try:
-        triton.compile(file, target=target)
+        compile_triton(file, target)
     except Exception as error:  # a TTGIR the compiler refuses is the kernel's error, not the grader's
         return compile_error(kernel, error)
     return None
@@ -97,7 +97,7 @@ def _compile_one(file: str, kernel: str, target: Any) -> str | None:
 def compile_all(request: dict[str, Any]) -> None:
     """The child's side: compile each of the request's kernels not yet in the progress file, recording each one's
     outcome there before the next starts (``"compiling"`` names the one in hand, should the compiler abort on it).
-    It imports Triton and nothing of the course (whose import brings PyTorch): the files were checked already."""
+    It imports Triton and ``course.compiler`` alone (no PyTorch): the files were checked already."""
     from triton.backends.compiler import GPUTarget
 
     progress_file = Path(request["progress"])

@@ -91,10 +91,10 @@ def _load_cuda(kernels: Kernels, key: str, entry: dict[str, Any], file: Path) ->
 
 def _load_triton(kernels: Kernels, key: str, entry: dict[str, Any], file: Path, text: str, target: Any,
                  hits: list[bool]) -> None:
-    import triton
+    from course.compiler import compile_triton
 
     try:
-        compiled = triton.compile(str(file), target=target)
+        compiled = compile_triton(str(file), target)
         (kernels.loaded if hits.pop() else kernels.compiled_here).append(key)
         kernels.descriptors[key] = tma_replay.adapt(compiled, str(file))
         kernels.compiled[key] = compiled

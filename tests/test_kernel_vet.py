@@ -171,12 +171,13 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
+from course.compiler import compile_triton
 
 path, name, target = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 namespace = {}
 exec(compile(open(path).read(), path, "exec"), namespace)
 kernel = JITFunction(namespace[name])  # compiled, whatever TRITON_INTERPRET says (as the builder does)
-triton.compile(ASTSource(kernel, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {(1,): 16}), target=GPUTarget(**target))
+compile_triton(ASTSource(kernel, {"x_ptr": "*fp32", "BLOCK": "constexpr"}, {(1,): 16}), GPUTarget(**target))
 """
 
 

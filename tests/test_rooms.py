@@ -43,3 +43,16 @@ def test_the_recorder_stands_on_the_toolkit_alone():
     # What runs in the sandbox and writes the judge's data imports neither the grader nor a day's helpers.
     imported = _imports_of(REPO / "course" / "recorder")
     assert not {name for name in imported if name.startswith(("grader", "course.days", "course.exercises"))}
+
+
+def test_every_triton_compile_goes_through_course_compiler():
+    # One compile path (course/compiler.py) for the builder, the compile stage, the judge, the day helpers and the
+    # tests; the cheats in tests/adversarial/ are a student's code and may do anything.
+    direct = []
+    for folder in ("course", "grader", "tests", "bench"):
+        for file in (REPO / folder).rglob("*.py"):
+            if "adversarial" in file.parts or file in (REPO / "course" / "compiler.py", Path(__file__).resolve()):
+                continue
+            if "triton.compile(" in file.read_text(encoding="utf-8"):
+                direct.append(str(file.relative_to(REPO)))
+    assert direct == []

@@ -75,15 +75,16 @@ class Made:
     error: str | None = None
 
 
-# The one child that compiles a kernel's source for a named NVIDIA target (the course's helpers use it; the
-# grader's builder compiles in its own sandbox). Its own process: where Triton runs its CPU interpreter, Triton's
-# library functions are interpreted ones, which the compiler cannot call.
+# The child that compiles a kernel's source for a named NVIDIA target through course.compiler, the compile path
+# of the grader's builder too. Its own process: where Triton runs its CPU interpreter, Triton's library functions
+# are interpreted ones, which the compiler cannot call.
 _CHILD = r"""
 import json, os, sys, tempfile
 import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from course.compiler import compile_triton
 
 job = json.load(sys.stdin)
 namespace = {"triton": triton, "tl": tl}
@@ -99,8 +100,8 @@ for case in job["cases"]:
     constants = {index[k]: tl.dtype(v["dtype"]) if isinstance(v, dict) else v for k, v in case["constants"].items()}
     attrs = {index[name]: [["tt.divisibility", 16]] for name in case["divisible_by_16"]}
     try:
-        compiled = triton.compile(ASTSource(kernel, case["signature"], constants, attrs),
-                                  target=GPUTarget("cuda", job["arch"], 32), options=case["options"])
+        compiled = compile_triton(ASTSource(kernel, case["signature"], constants, attrs),
+                                  GPUTarget("cuda", job["arch"], 32), case["options"])
         made[case["label"]] = {"ptx": compiled.asm["ptx"], "shared": int(compiled.metadata.shared)}
     except Exception as error:
         lines = str(error).strip().splitlines() or [""]
