@@ -1,5 +1,6 @@
-"""The GitHub workflows: linted (actionlint where it is installed, and this file's own checks everywhere), and the
-autograding workflow's own steps run here on the CPU, as the runner would run them, against a real git history."""
+"""The GitHub workflows: linted (against GitHub's workflow schema everywhere, by actionlint where it is installed,
+and by this file's own checks), and the autograding workflow's own steps run here on the CPU, as the runner would
+run them, against a real git history."""
 
 from __future__ import annotations
 
@@ -46,6 +47,24 @@ def test_each_workflow_is_well_formed(path):
                 assert "${{" not in step["run"], f"{step.get('name')}: an expression inside run:"
                 checked = subprocess.run(["bash", "-n"], input=step["run"], text=True, capture_output=True)
                 assert checked.returncode == 0, f"{step.get('name')}: {checked.stderr}"
+
+
+def test_each_workflow_follows_githubs_workflow_schema():
+    # check-jsonschema ships the workflow schema (SchemaStore's), so this lint needs no network; a misspelt key,
+    # a step without run: or uses:, or a wrong type fails here.
+    linter = Path(sys.executable).with_name("check-jsonschema")
+    done = subprocess.run([str(linter), "--builtin-schema", "vendor.github-workflows", *map(str, WORKFLOWS)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_schema_lint_refuses_a_broken_workflow(tmp_path):
+    broken = tmp_path / "broken.yml"
+    broken.write_text("on: push\njobs:\n  grade:\n    runs-on: ubuntu-latest\n    stepz: []\n")
+    linter = Path(sys.executable).with_name("check-jsonschema")
+    done = subprocess.run([str(linter), "--builtin-schema", "vendor.github-workflows", str(broken)],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "stepz" in done.stdout
 
 
 def test_actionlint_finds_nothing():
