@@ -5,7 +5,8 @@ Nothing here runs the grader or touches a GPU; every function takes results (or 
 
 The projection model (stated again in the script's output), from each notebook's mean measured stage times:
 - E: seconds its judge held the GPU alone ("gpu_exclusive", drain included; where no result of a measurement
-  recorded it, the judge's whole wall time "judge", an upper bound). Per GPU the exclusive holds are serial.
+  recorded it, the judge's whole wall time "judge", an upper bound), plus the seconds its run held it alone to
+  autotune or measure ("gpu_alone", grader.run_alone). Per GPU the exclusive holds are serial.
 - R: its run's wall time ("notebook", frozen time included): at most ``runs_per_gpu`` runs share a GPU (the
   grader's --runs); runs are paused while a judge holds their GPU, and their shared use of the GPU is assumed
   not to be the bottleneck (it is not measured).
@@ -32,8 +33,8 @@ from typing import Any
 
 W1D7 = "week1/day7_fast_matmul"
 # Stages in the order a notebook goes through them (seconds); any other numeric key is listed after these.
-STAGES = ("notebook", "kernel_start", "recording", "frozen", "build", "compile", "replay", "judge", "judge_compile",
-          "gpu_wait", "gpu_exclusive", "drain", "total")
+STAGES = ("notebook", "kernel_start", "recording", "frozen", "gpu_alone", "build", "compile", "replay", "judge",
+          "judge_compile", "gpu_wait", "gpu_exclusive", "drain", "total")
 # The stages the grader is meant to write (issue 16): any of them no result recorded is named in the output.
 EXPECTED = ("notebook", "build", "compile", "replay", "judge", "gpu_exclusive", "gpu_wait", "frozen")
 CPU_STAGES = ("notebook", "build", "compile", "replay", "judge")
@@ -121,8 +122,9 @@ class Spread:
 
 
 def exclusive_seconds(records: Sequence[Record], notebook: str | None = None) -> Spread | None:
-    """GPU-exclusive seconds per notebook (of ``notebook`` only, when given), None where none was recorded."""
-    values = [r.timings["gpu_exclusive"] for r in records
+    """GPU-exclusive seconds per notebook (of ``notebook`` only, when given): its judge's and its run's holds,
+    None where no judge's was recorded."""
+    values = [r.timings["gpu_exclusive"] + r.timings.get("gpu_alone", 0.0) for r in records
               if "gpu_exclusive" in r.timings and (notebook is None or r.notebook == notebook)]
     return Spread(len(values), statistics.fmean(values), max(values)) if values else None
 
@@ -312,7 +314,8 @@ def notebook_costs(records: Sequence[Record], source: str) -> dict[str, Notebook
     costs = {}
     for notebook, group in sorted(by_notebook.items()):
         stage = exclusive_stage(group)
-        costs[notebook] = NotebookCost(notebook, statistics.fmean(r.timings.get(stage, 0.0) for r in group),
+        held = statistics.fmean(r.timings.get(stage, 0.0) + r.timings.get("gpu_alone", 0.0) for r in group)
+        costs[notebook] = NotebookCost(notebook, held,
                                        statistics.fmean(cpu_seconds(r) for r in group),
                                        statistics.fmean(r.timings.get("notebook", 0.0) for r in group),
                                        statistics.fmean(build_seconds(r) for r in group), len(group), source, stage,

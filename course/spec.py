@@ -171,7 +171,7 @@ class ExerciseSpec:
     # kernel launched again under this exercise's name (grader/provenance.py).
     kernel_cells: tuple[str, ...] = ()
     # The graded answer is a time the student's code measures on the GPU during the notebook's run (a host
-    # exercise): the grader then runs that notebook with the GPU held alone, as the judge times, because work
+    # exercise): the recorder makes those calls with the GPU held alone (course.recorder.alone), because work
     # of other notebooks' runs sharing the GPU would lengthen what it measures.
     measures_the_gpu_in_run: bool = False
 

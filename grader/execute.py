@@ -12,6 +12,7 @@ a CPU, ``replay_cpu(job)`` runs the recorded plans there through Triton's interp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ from typing import Any
 from grader import results, sandbox
 from grader.gpu_gate import Pausable
 from grader.layout import KERNEL_NAME, REPO
+from grader.run_alone import AloneChannel
 
 # Environment variables a notebook may see; everything else in the grader's environment is dropped.
 # CUDA_VISIBLE_DEVICES is not among them: the sandbox sets it to the one GPU it binds (grader.sandbox.run).
@@ -113,10 +115,11 @@ def scrubbed_environment(job: Job) -> dict[str, str]:
 
 
 def _sandboxed(job: Job, argv: list[str], seconds: float, printed: tuple[str, ...] = (),
-               gpu: bool = True, pause: Pausable | None = None) -> sandbox.SandboxResult:
+               gpu: bool = True, pause: Pausable | None = None,
+               extra_env: dict[str, str] | None = None) -> sandbox.SandboxResult:
     """Run argv in the job's sandbox; a GPU job on its one GPU (the first when the job names none) unless ``gpu``
     is False (the builder never needs one)."""
-    env = scrubbed_environment(job)
+    env = {**scrubbed_environment(job), **(extra_env or {})}
     if not gpu:
         env["COURSE_DEVICE"] = "cpu"  # ``import course`` must not ask for the GPU it cannot see
     return sandbox.run(argv, scratch=Path(job.workdir), env=env, limits=job.limits(seconds),
@@ -138,11 +141,16 @@ def execute(job: Job, pause: Pausable | None = None) -> Outcome:
     work.mkdir(parents=True, exist_ok=True)
     job_file = work / "job.json"
     job_file.write_text(json.dumps(asdict(job)), encoding="utf-8")
-    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.execute", str(job_file)], job.notebook_timeout,
-                     printed=PRINTED, pause=pause)
+    argv = [sys.executable, "-P", "-m", "grader.execute", str(job_file)]
+    shares_a_gate = job.device == "gpu" and pause is not None and pause.gate is not None
+    with AloneChannel(work / "gpu-alone", pause) if shares_a_gate else contextlib.nullcontext() as alone:
+        ran = _sandboxed(job, argv, job.notebook_timeout, printed=PRINTED, pause=pause,
+                         extra_env=alone.environment() if alone is not None else None)
     timings = {"notebook": ran.seconds}
     if pause is not None and pause.paused_seconds():
         timings["frozen"] = pause.paused_seconds()
+    if alone is not None and alone.holds:
+        timings["gpu_alone"] = alone.held
     if ran.status == "timeout":
         return Outcome(results.TIMEOUT, f"the notebook ran past its {job.notebook_timeout:.0f} s limit", timings)
     if ran.status in _SANDBOX_STATUS:

@@ -150,8 +150,9 @@ class GpuGate:
             return gpu in self._held
 
     @contextlib.contextmanager
-    def exclusive(self, gpu: str) -> Iterator[Hold]:
-        """Hold ``gpu`` alone: the runs on it frozen and its queued work finished before this yields."""
+    def exclusive(self, gpu: str, keep: Pausable | None = None) -> Iterator[Hold]:
+        """Hold ``gpu`` alone: the runs on it frozen and its queued work finished before this yields. ``keep``: a
+        user of ``gpu`` that holds it (a run asking for it alone, ``grader.run_alone``), so it goes on."""
         hold = Hold()
         asked = time.monotonic()
         lock = self._gpu_lock(gpu)
@@ -162,7 +163,8 @@ class GpuGate:
             with self._lock:
                 self._held.add(gpu)
                 for user in self._users.get(gpu, []):
-                    user._freeze()
+                    if user is not keep:
+                        user._freeze()
             hold.drain_note = self._drain(gpu)
             hold.drained = time.monotonic() - began
             yield hold

@@ -185,11 +185,6 @@ def notebook_plan(notebook: CourseNotebook) -> Plan:
     return Plan(notebook, master, tests, answer_names(tests))
 
 
-def runs_alone(notebook: CourseNotebook) -> bool:
-    """Whether the notebook's run must hold its GPU alone: a graded answer is a time its code measures there."""
-    return any(spec.measures_the_gpu_in_run for spec in specs.for_notebook(notebook.key))
-
-
 def kernel_calls(notebook: CourseNotebook, settings: Settings, run_seed: int, student: str,
                  bench_only: bool = False) -> list[dict[str, Any]]:
     """Each graded function's calls: the judged shapes (secret seeds) and, on a GPU, the benchmark shapes."""
@@ -794,8 +789,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             task = Task(submission.student_id, cleaned.notebook, plans[key], run, settings, run_seed, hide,
                         judge_cache=out / "judge-cache")
             tasks[submission.key] = (submission, task, cleaned.notes)
-            futures[scheduler.submit(task, references.get(key), _with_reference, submission.key,
-                                     run_alone=runs_alone(plans[key].notebook))] = submission.key
+            futures[scheduler.submit(task, references.get(key), _with_reference, submission.key)] = submission.key
         with Gradebook(url) as book:  # recorded while the graded ones run, through one open gradebook
             for submission, result in unread:
                 finished(submission, result, None, book)
@@ -823,7 +817,7 @@ def _reference_future(scheduler: Scheduler, out: Path, notebook: CourseNotebook,
         except Exception as error:  # the students then get grader_error, never wait forever
             ready.set_result({"error": f"the reference solution of {notebook.key} failed: {error}"})
 
-    scheduler.submit(task, label=f"reference {notebook.key}", run_alone=runs_alone(notebook)).add_done_callback(judged)
+    scheduler.submit(task, label=f"reference {notebook.key}").add_done_callback(judged)
     return ready
 
 

@@ -1,8 +1,9 @@
 """Grade many notebooks at once, each stage on the resource it needs, every timing on a GPU held alone.
 
 A notebook goes through three stages (``grader.pipeline``): its run in the sandbox (``runs`` at once over all
-GPUs, each on the GPU with the fewest runs; the runs of one GPU share it, and nothing they do is timed, unless
-the notebook's answer is a time it measures on the GPU: then its run holds the GPU alone), its
+GPUs, each on the GPU with the fewest runs; the runs of one GPU share it, and nothing they do is timed by the
+judge; where a run measures the GPU itself, autotuning or timing a graded answer, it asks for the GPU alone for
+that moment, ``grader.run_alone``), its
 build (CPU only: ``builds`` at once), and its judge (``judges_per_gpu`` judge processes per GPU, each on the GPU
 with the fewest judges). A judge does its GPU work, the replays and the timings, with the GPU held alone at the
 gate (``grader.gpu_gate``): one holder per GPU at a time, the runs on that GPU paused meanwhile. A notebook's
@@ -131,10 +132,9 @@ class Scheduler:
             pool.shutdown(wait=True)
 
     def submit(self, task: Any, reference: Future | None = None, prepare: Prepare | None = None,
-               label: str = "", run_alone: bool = False) -> Future:
+               label: str = "") -> Future:
         """Grade ``task``; its judge waits for ``reference`` and takes ``prepare(task, reference's result)``.
-        ``label`` names the notebook in ``events``. ``run_alone``: its run holds its GPU alone, as a judge does
-        (a notebook whose graded answer is a time its own code measures on the GPU)."""
+        ``label`` names the notebook in ``events``."""
         done: Future = Future()
 
         def guarded(stage: str, work: Callable[[], None]) -> Callable[[], None]:
@@ -153,10 +153,9 @@ class Scheduler:
             with self._run_gpus.take() as gpu, self._cpu or contextlib.nullcontext():
                 use = contextlib.nullcontext(None)
                 if self._gate is not None and gpu is not None:
-                    use = self._gate.exclusive(gpu) if run_alone else self._gate.shared(gpu)
+                    use = self._gate.shared(gpu)
                 with use as pause, self._timed(label, "run", gpu):
-                    staged = self._stages.run(replace(task, gpu=gpu) if gpu is not None else task, gpu,
-                                              None if run_alone else pause)
+                    staged = self._stages.run(replace(task, gpu=gpu) if gpu is not None else task, gpu, pause)
             self._builds.submit(guarded("build", lambda: build(staged)))
 
         def build(staged: Any) -> None:

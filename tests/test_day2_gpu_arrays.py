@@ -225,10 +225,29 @@ def test_gpu_work_longer_than_one_launch_is_split_and_still_timed_right():
     assert async_work.MAX_LAUNCH_MS + 200 <= start.elapsed_time(end) <= (async_work.MAX_LAUNCH_MS + 200) * 1.05
 
 
-def test_the_notebook_runs_with_the_gpu_alone_and_only_it():
-    # Its answer is a time measured in the run: beside other runs on a shared GPU the truth would not hold.
-    from grader.layout import course_notebooks
-    from grader.pipeline import runs_alone
+def test_the_recorder_times_the_students_calls_with_the_gpu_alone_and_only_those(tmp_path, monkeypatch):
+    # Its answer is a time measured in the run: beside other runs on a shared GPU the truth would not hold, so
+    # each recorded call asks the grader for the GPU alone (grader.run_alone); a host exercise that measures
+    # nothing on the GPU asks nothing.
+    import json
 
-    alone = {notebook.key for notebook in course_notebooks() if runs_alone(notebook)}
-    assert alone == {"week1/day2_gpu_arrays"}
+    from course.exercises.w1d1_host_baseline import MATMUL
+    from course.recorder import alone, export
+    from grader.gpu_gate import GpuGate
+    from grader.run_alone import AloneChannel
+
+    request = tmp_path / "request.json"
+    calls = [{"key": f"visible-{i}", "shape": [25], "seed": i} for i in range(2)]
+    request.write_text(json.dumps({"out": str(tmp_path / "export"), "device": "cpu", "kernels": [
+        {"spec": SPEC.id, "calls": calls},
+        {"spec": MATMUL.id, "calls": [{"key": "visible-0", "shape": [2, 3, 4], "seed": 0}]}]}))
+    namespace = {"gpu_time_ms": right_timer, "matmul_naive": lambda a, b: a @ b}
+    gate = GpuGate(idle=lambda gpu: True)
+    with gate.shared("0") as run, AloneChannel(tmp_path / "gpu-alone", run) as channel:
+        monkeypatch.setenv(alone.ENV, channel.folder.as_posix())
+        export.write(namespace, str(request))
+    exported = json.loads((tmp_path / "export" / "export.json").read_text())
+    assert set(exported["kernels"][SPEC.id]["calls"]) == {"visible-0", "visible-1"}
+    assert "value" in exported["kernels"][MATMUL.id]["calls"]["visible-0"]
+    assert channel.holds == 2 and channel.refused == 0
+    assert [s.id for s in course.spec.all_specs() if s.measures_the_gpu_in_run] == [SPEC.id]

@@ -307,23 +307,6 @@ def test_the_pipeline_grades_every_notebook_once_and_never_times_beside_a_run(tm
     assert overlapping  # the runs did share the GPUs
 
 
-def test_a_run_that_measures_the_gpu_holds_it_alone_and_the_others_wait(tmp_path):
-    # Week 1 Day 2's answer is a time the notebook measures on the GPU: nothing else may run there meanwhile.
-    stages, gate = FakeStages(), GpuGate(lambda g: True)
-    with Scheduler(Limits(("0",), runs=4, builds=2, judges_per_gpu=2), stages, gate) as scheduler:
-        futures = [scheduler.submit(FakeTask(f"student{i}", "day2", tmp_path), label=f"student{i}",
-                                    run_alone=i == 2) for i in range(5)]
-        assert [f.result(timeout=120) for f in futures] == [("graded", f"student{i}") for i in range(5)]
-    runs = {entry[1]: entry for entry in stages.log if entry[0] == "run"}
-    alone = (runs["student2"][3], runs["student2"][4])
-    for key in runs.keys() - {"student2"}:
-        _, stamps = _stamps(tmp_path / f"{key}.txt")
-        assert stamps and _inside(stamps, alone) == [], f"{key} ran beside the run that measures the GPU"
-    judges = [entry for entry in stages.log if entry[0] == "judge"]
-    assert all(end <= alone[0] or began >= alone[1] for _, _, _, began, end, _ in judges)
-    assert any(gpu == "0" and start <= alone[0] and alone[1] <= end for gpu, start, end in gate.holds)
-
-
 def test_the_timeline_has_each_notebooks_stages_in_order_and_each_hold_inside_a_judge(tmp_path):
     stages, events, gate = FakeStages(), [], GpuGate(lambda g: True)
     done = _grade(tmp_path, Limits(("0", "1"), runs=4, builds=2, judges_per_gpu=2), stages, gate, students=6,

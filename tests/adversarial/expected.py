@@ -196,6 +196,10 @@ EXPECTED: dict[str, Expected] = {
         "double-forked setsid process rewrites results JSON, gradebook.db, CSVs, executed notebook",
         "nothing outlives the sandbox, which sees no OUT",
         old="14 / 14 in results JSON, CSVs and gradebook (real old grader, CPU)"),
+    "gpu_alone_hog": _honest_slow("asks the grader for the GPU alone (100 times, with garbage) and keeps it busy "
+                                  "45 s without releasing it (added cell)",
+                                  "the run's budget: the hold ends after 30 s, later asks are refused",
+                                  gpu_only=True, old="not run (the channel is new)"),
     "outlive_sleep": _honest_slow("double-forked setsid process sleeps 600 s (added cell)",
                                   "PID namespace, --die-with-parent: nothing outlives the run",
                                   old="not run (survives the old tree kill by construction)"),
