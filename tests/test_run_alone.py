@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from course.recorder import alone
+from grader import sandbox
 from grader.gpu_gate import GpuGate
 from grader.layout import REPO
 from grader.run_alone import AloneChannel
@@ -154,3 +156,23 @@ def test_the_recorder_finds_the_autotuners_a_notebook_defines_and_makes_them_cho
     kernels._tuned.cache[("key",)] = kernels._tuned.configs[0]
     alone.forget_choices(found)
     assert kernels._tuned.cache == {} and kernels._tuned.cache_results is False
+
+
+@pytest.mark.sandbox
+@pytest.mark.skipif(sandbox.unavailable_reason() is not None, reason=f"NOT RUN: {sandbox.unavailable_reason()}")
+def test_the_request_crosses_the_sandbox_wall(tmp_path):
+    # The FIFOs lie in the run's scratch directory, which the sandbox binds: the sandboxed recorder's ask reaches
+    # the grader, and the grant comes back.
+    scratch = sandbox.make_scratch()
+    try:
+        gate = GpuGate(idle=lambda gpu: True)
+        with gate.shared("0") as run, AloneChannel(scratch / "gpu-alone", run) as channel:
+            code = "from course.recorder.alone import gpu_alone\nwith gpu_alone() as held: print(held)"
+            env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch), "PYTHONPATH": str(REPO),
+                   **channel.environment()}
+            result = sandbox.run([sys.executable, "-c", code], scratch=scratch, env=env,
+                                 limits=sandbox.Limits(seconds=60), log_path=tmp_path / "log", pause=run)
+        assert result.status == "ok", (tmp_path / "log").read_text()
+        assert (tmp_path / "log").read_text().strip().endswith("True") and channel.holds == 1
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
