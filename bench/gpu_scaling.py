@@ -1,7 +1,7 @@
 """Grade one batch of demo-student copies through the pipeline on one GPU and then on several, and compare.
 
     python bench/gpu_scaling.py --copies 3 [--notebooks week1/day7_fast_matmul,week2/day7_optimized_gemm]
-        [--gpu-sets 0 0,1] [--work build/scaling] [--json out.json] [--reuse]
+        [--gpu-sets 0 0,1] [--work build/scaling] [--json out.json] [--references-first] [--reuse]
 
 Each GPU set is graded with ``--schedule pipeline --gpus SET`` and the grader's default limits for that many GPUs,
 the same seed for every run, into WORK/gpus-<set> (commas as underscores), while ``nvidia-smi`` samples every
@@ -10,8 +10,10 @@ prints the wall time (the grader's own, from schedule.json), notebooks per hour,
 utilisation over the run and the share of samples it was busy, how long each GPU was held alone and why it idled
 between holds (from schedule.json's timeline) with its pace per notebook and issue 16's class (300 x 14
 notebooks) extrapolated at that pace onto 1, 8 and 32 GPUs, the GPU-exclusive seconds per notebook, and every
-verdict and timing ratio that differs from the baseline's. Issue 21's targets close the output: identical
-verdicts, ratios within 3%, and the second set at least 1.8 times faster than the first.
+verdict and timing ratio that differs from the baseline's. ``--references-first`` grades the reference solutions
+once before the sets (WORK/references) and copies them into every set's OUT, as a class's later batches find them.
+Issue 21's targets close the output: identical verdicts, ratios within 3%, and the second set at least 1.8 times
+faster than the first.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ def read_utilisation(path: Path) -> list[Utilisation]:
             for gpu, v in sorted(by_gpu.items(), key=lambda item: int(item[0]))]
 
 
-def grade(work: Path, batch: Path, gpus: str, args: argparse.Namespace) -> None:
+def grade(work: Path, batch: Path, gpus: str, args: argparse.Namespace, references: Path | None = None) -> None:
     name = run_name(gpus)
     sampler = None
     smi = shutil.which("nvidia-smi")
@@ -77,12 +79,23 @@ def grade(work: Path, batch: Path, gpus: str, args: argparse.Namespace) -> None:
     else:
         print(f"{name}: no nvidia-smi on PATH: utilisation not sampled", flush=True)
     try:
-        gt.run_grader(work, batch, name, ["--schedule", "pipeline", "--gpus", gpus], args)
+        gt.run_grader(work, batch, name, ["--schedule", "pipeline", "--gpus", gpus], args, references)
     finally:
         if sampler is not None:
             sampler.terminate()
             sampler.wait()
             log.close()
+
+
+def grade_references(work: Path, batch: Path, args: argparse.Namespace) -> Path:
+    """Grade one student of the batch with the first GPU set, for its reference solutions: every set's OUT starts
+    with them, so no set's wall time holds the references' run, build and judge (a class pays them once)."""
+    one = work / "references-batch"
+    shutil.rmtree(one, ignore_errors=True)
+    first = sorted(p for p in batch.iterdir() if p.is_dir())[0]
+    shutil.copytree(first, one / first.name)
+    gt.run_grader(work, one, "references", ["--schedule", "pipeline", "--gpus", args.gpu_sets[0]], args)
+    return work / "references"
 
 
 def compare(first: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
@@ -150,6 +163,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grader-timeout", type=float, default=None,
                    help="seconds each grader run may take; then its stacks are printed into its log (SIGUSR1) and "
                         "it is stopped (default: no limit)")
+    p.add_argument("--references-first", action="store_true",
+                   help="grade the reference solutions once before the sets (with one student, the first set's "
+                        "GPUs) and start every set's OUT with them, so the wall times compare the students' grading")
     p.add_argument("--reuse", action="store_true", help="analyse WORK's earlier runs; grade nothing")
     p.add_argument("--json", type=Path, default=None, help="also write everything as JSON here")
     return p
@@ -163,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.reuse:
         work.mkdir(parents=True, exist_ok=True)
         batch = gt.build_batch(work, notebooks, args.students.split(",") if args.students else None, args.copies)
+        references = grade_references(work, batch, args) if args.references_first else None
         for gpus in args.gpu_sets:
-            grade(work, batch, gpus, args)
+            grade(work, batch, gpus, args, references)
     runs = {}
     for gpus in args.gpu_sets:
         if not (work / f"{run_name(gpus)}.json").is_file():

@@ -74,10 +74,14 @@ def build_batch(work: Path, notebooks: list[str], students: list[str] | None, co
     return work / "batch"
 
 
-def run_grader(work: Path, batch: Path, mode: str, grader_args: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """Grade ``batch`` into WORK/<mode> with ``grader_args``; the wall time is measured around it."""
+def run_grader(work: Path, batch: Path, mode: str, grader_args: list[str], args: argparse.Namespace,
+               references: Path | None = None) -> dict[str, Any]:
+    """Grade ``batch`` into WORK/<mode> with ``grader_args``; the wall time is measured around it. ``references``:
+    an OUT whose graded reference solutions are copied in first (the grader then keeps them, ungraded again)."""
     out = work / mode
     shutil.rmtree(out, ignore_errors=True)
+    if references is not None:
+        shutil.copytree(references / "reference", out / "reference")
     command = [sys.executable, "-m", "grader", "grade", str(batch), "--out", str(out), "--device", args.device,
                "--seed", str(args.seed), "--allow-ungraded", *shlex.split(args.common_args), *grader_args]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))}

@@ -90,3 +90,34 @@ def test_a_gpus_pace_and_the_class_projected_at_it():
     assert tp.gpu_periods(None) == [] and tp.period_projection([]) == {}
     line = tp.timeline_lines([], [first, second])[-1]
     assert "GPU 0 4.0 s (3 holds)" in line and "8 GPUs 0.7 h" in line
+
+
+def test_references_first_grades_one_student_once_and_every_set_starts_with_its_references(tmp_path, monkeypatch):
+    import subprocess
+
+    from bench import grading_throughput as gt
+
+    batch = tmp_path / "batch"
+    for student in ("b-c1", "a-c1", "a-c2"):
+        (batch / student / "week1").mkdir(parents=True)
+    graded = []
+
+    class FakeGrader:  # stands in for `python -m grader grade`: notes what it saw in its OUT when started
+        def __init__(self, command, **_):
+            source, out = Path(command[4]), Path(command[6])
+            graded.append((sorted(p.name for p in source.iterdir()), (out / "reference" / "r.txt").is_file(),
+                           command[command.index("--gpus") + 1]))
+            (out / "reference").mkdir(parents=True, exist_ok=True)
+            (out / "reference" / "r.txt").write_text("graded")
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeGrader)
+    args = script.parser().parse_args(["--work", str(tmp_path), "--references-first"])
+    args.device = "gpu"
+    references = script.grade_references(tmp_path, batch, args)
+    for gpus in args.gpu_sets:
+        gt.run_grader(tmp_path, batch, script.run_name(gpus), ["--gpus", gpus], args, references)
+    assert graded == [(["a-c1"], False, "0"), (["a-c1", "a-c2", "b-c1"], True, "0"),
+                      (["a-c1", "a-c2", "b-c1"], True, "0,1")]
