@@ -88,13 +88,18 @@ def grade(work: Path, batch: Path, gpus: str, args: argparse.Namespace, referenc
 
 
 def grade_references(work: Path, batch: Path, args: argparse.Namespace) -> Path:
-    """Grade one student of the batch with the first GPU set, for its reference solutions: every set's OUT starts
-    with them, so no set's wall time holds the references' run, build and judge (a class pays them once)."""
-    one = work / "references-batch"
-    shutil.rmtree(one, ignore_errors=True)
-    first = sorted(p for p in batch.iterdir() if p.is_dir())[0]
-    shutil.copytree(first, one / first.name)
-    gt.run_grader(work, one, "references", ["--schedule", "pipeline", "--gpus", args.gpu_sets[0]], args)
+    """Grade, with the first GPU set, the first student of the batch with each notebook, for the reference
+    solutions: every set's OUT starts with them, so no set's wall time holds the references' run, build and
+    judge (a class pays them once)."""
+    few = work / "references-batch"
+    shutil.rmtree(few, ignore_errors=True)
+    covered: set[str] = set()
+    for student in sorted(p for p in batch.iterdir() if p.is_dir()):
+        notebooks = {p.relative_to(student).as_posix() for p in student.rglob("*.ipynb")}
+        if notebooks - covered:
+            shutil.copytree(student, few / student.name)
+            covered |= notebooks
+    gt.run_grader(work, few, "references", ["--schedule", "pipeline", "--gpus", args.gpu_sets[0]], args)
     return work / "references"
 
 

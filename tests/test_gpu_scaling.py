@@ -98,8 +98,10 @@ def test_references_first_grades_one_student_once_and_every_set_starts_with_its_
     from bench import grading_throughput as gt
 
     batch = tmp_path / "batch"
-    for student in ("b-c1", "a-c1", "a-c2"):
-        (batch / student / "week1").mkdir(parents=True)
+    for student, notebook in (("b-c1", "week1/x.ipynb"), ("a-c1", "week1/x.ipynb"), ("a-c2", "week1/x.ipynb"),
+                              ("c-c1", "week2/y.ipynb"), ("d-c1", "week2/y.ipynb")):
+        (batch / student / notebook).parent.mkdir(parents=True)
+        (batch / student / notebook).write_text("{}")
     graded = []
 
     class FakeGrader:  # stands in for `python -m grader grade`: notes what it saw in its OUT when started
@@ -119,5 +121,5 @@ def test_references_first_grades_one_student_once_and_every_set_starts_with_its_
     references = script.grade_references(tmp_path, batch, args)
     for gpus in args.gpu_sets:
         gt.run_grader(tmp_path, batch, script.run_name(gpus), ["--gpus", gpus], args, references)
-    assert graded == [(["a-c1"], False, "0"), (["a-c1", "a-c2", "b-c1"], True, "0"),
-                      (["a-c1", "a-c2", "b-c1"], True, "0,1")]
+    everyone = ["a-c1", "a-c2", "b-c1", "c-c1", "d-c1"]
+    assert graded == [(["a-c1", "c-c1"], False, "0"), (everyone, True, "0"), (everyone, True, "0,1")]
