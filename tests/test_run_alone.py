@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+import types
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -118,20 +119,22 @@ def test_the_channel_pauses_nothing_that_is_not_on_its_gpu_and_ends_its_hold_whe
 
 
 @pytest.mark.gpu
-def test_the_recorder_autotunes_again_with_the_gpu_alone(tmp_path, monkeypatch):
-    # The autotuner's first choice was made beside other runs; the recorder asks for the GPU alone and has the
-    # autotuner choose again (its kernels compiled already) before the recorded call, once per recorded shape.
+def test_the_recorder_autotunes_again_with_the_gpu_alone_at_each_benchmark_shape(tmp_path, monkeypatch):
+    # The autotuner's first choice was made beside other runs; at a benchmark shape (the judge times only those)
+    # the recorder asks for the GPU alone and has the autotuner choose again among its near-best configurations
+    # (compiled already) before the recorded call. A correctness call asks nothing.
     import course
     from course.exercises.matmul_fp32 import SPEC
     from course.recorder import export
     from tests import kernels
 
     course.device.configure("gpu")
-    shapes = [[256, 192, 128], [300, 200, 100]]
+    monkeypatch.setattr(alone, "NEAR_BEST", 100.0)  # every configuration is near the best: each chooses again
+    calls = [("visible-0", [256, 192, 128]), ("bench-0", [256, 256, 256]), ("bench-1", [300, 200, 100])]
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"out": str(tmp_path / "export"), "device": "cuda", "kernels": [
         {"spec": SPEC.id, "warmup": True,
-         "calls": [{"key": f"visible-{i}", "shape": shape, "seed": i} for i, shape in enumerate(shapes)]}]}))
+         "calls": [{"key": key, "shape": shape, "seed": i} for i, (key, shape) in enumerate(calls)]}]}))
     tuned = kernels._tuned
     tuned.cache.clear()
     gate = GpuGate(idle=lambda gpu: True)
@@ -139,9 +142,9 @@ def test_the_recorder_autotunes_again_with_the_gpu_alone(tmp_path, monkeypatch):
         monkeypatch.setenv(alone.ENV, channel.folder.as_posix())
         export.write({"matmul": kernels.tuned_matmul, "_tuned": tuned}, str(request))
     exported = json.loads((tmp_path / "export" / "export.json").read_text())
-    assert set(exported["kernels"][SPEC.id]["calls"]) == {"visible-0", "visible-1"}
-    assert channel.holds == len(shapes) and len(tuned.cache) == 1  # each hold forgot the earlier choices
-    assert alone.autotuners({"matmul": kernels.tuned_matmul, "_tuned": tuned, "plain": kernels._matmul}) == [tuned]
+    assert set(exported["kernels"][SPEC.id]["calls"]) == {key for key, _ in calls}
+    assert channel.holds == 2  # the two benchmark shapes
+    assert len(tuned.cache) == 1 and len(tuned.configs) == 2  # the last shape's choice; the full list back
 
 
 def test_the_recorder_finds_the_autotuners_a_notebook_defines_and_makes_them_choose_again():
@@ -176,3 +179,21 @@ def test_the_request_crosses_the_sandbox_wall(tmp_path):
         assert (tmp_path / "log").read_text().strip().endswith("True") and channel.holds == 1
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _fake_tuner(timings: dict[str, object]) -> types.SimpleNamespace:
+    return types.SimpleNamespace(configs=list(timings), configs_timings=timings, cache={("k",): "x"},
+                                 cache_results=True)
+
+
+def test_only_the_configurations_near_the_best_are_benchmarked_again_and_the_full_lists_come_back():
+    wide = _fake_tuner({"a": [1.0, 0.9, 1.1], "b": [1.2, 1.1, 1.3], "c": [1.3, 1.2, 1.4], "d": [2.0, 1.9, 2.1]})
+    clear = _fake_tuner({"a": 1.0, "b": 1.5})  # one configuration near the best: its choice stands
+    assert alone.near_best(wide, 0.25) == ["a", "b"] and alone.near_best(_fake_tuner({})) == []
+    with alone.choosing_again([wide, clear], within=0.25) as retuned:
+        assert retuned is True
+        assert wide.configs == ["a", "b"] and wide.cache == {} and wide.cache_results is False
+        assert clear.configs == ["a", "b"] and clear.cache == {("k",): "x"}
+    assert wide.configs == ["a", "b", "c", "d"]
+    with alone.choosing_again([clear], within=0.25) as retuned:
+        assert retuned is False

@@ -77,17 +77,17 @@ def _call_host(fn: Any, inputs: tuple[Any, ...], arrays: Path, name: str) -> dic
         return {"error": f"the function raised {type(error).__name__}: {str(error)[:300]}"}
 
 
-def _autotune_alone(fn: Callable[..., Any], inputs: tuple[Any, ...], namespace: dict[str, Any]) -> None:
-    """Autotune again with the GPU held alone (where the grader shares it among runs): the choice made while other
-    runs used the GPU is what the judge would replay, and it may not be the fastest configuration."""
-    tuners = alone.autotuners(namespace)
-    if not tuners:
-        return
-    with alone.gpu_alone() as held:
-        if held:
-            alone.forget_choices(tuners)
-            fn(*inputs)
-            torch.cuda.synchronize()
+def _autotune_alone(fn: Callable[..., Any], inputs: tuple[Any, ...], tuners: list[Any]) -> None:
+    """Have the autotuners choose again among their near-best configurations with the GPU held alone (where the
+    grader shares it among runs): the choice made while other runs used the GPU is what the judge replays and
+    times, and beside them it may not be the fastest configuration."""
+    with alone.choosing_again(tuners) as retuned:
+        if not retuned:
+            return
+        with alone.gpu_alone() as held:
+            if held:
+                fn(*inputs)
+                torch.cuda.synchronize()
 
 
 def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, arrays: Path) -> dict[str, Any]:
@@ -108,11 +108,14 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
         if job.get("warmup"):
             plan.install()  # its checks apply to the warm-up call too (e.g. descriptors past their tensor)
             warm = exercise.make_inputs(shape, int(call["seed"]), device)
+            # Only a benchmark call's plan is timed by the judge: there its autotuners' choice must be clean.
+            tuners = alone.autotuners(namespace) if device == "cuda" and call["key"].startswith("bench-") else []
+            alone.forget_choices(tuners)  # this shape's benchmarks, not an earlier call's, rank the candidates
             try:  # compiles and autotunes outside the recording, on inputs of its own
                 fn(*warm)
                 if device == "cuda":
                     torch.cuda.synchronize()
-                    _autotune_alone(fn, warm, namespace)
+                    _autotune_alone(fn, warm, tuners)
             except Exception:  # the recorded call reports the same failure
                 pass
             del warm
