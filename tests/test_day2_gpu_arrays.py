@@ -243,6 +243,10 @@ def test_the_recorder_times_the_students_calls_with_the_gpu_alone_and_only_those
         {"spec": MATMUL.id, "calls": [{"key": "visible-0", "shape": [2, 3, 4], "seed": 0}]}]}))
     namespace = {"gpu_time_ms": right_timer, "matmul_naive": lambda a, b: a @ b}
     gate = GpuGate(idle=lambda gpu: True)
+    # The work queued before each timed call is queued inside the hold: the hold's drain would finish it.
+    queued_while_held = []
+    launch = async_work.launch
+    monkeypatch.setattr(async_work, "launch", lambda *a: (queued_while_held.append(gate.busy("0")), launch(*a))[1])
     with gate.shared("0") as run, AloneChannel(tmp_path / "gpu-alone", run) as channel:
         monkeypatch.setenv(alone.ENV, channel.folder.as_posix())
         export.write(namespace, str(request))
@@ -250,4 +254,5 @@ def test_the_recorder_times_the_students_calls_with_the_gpu_alone_and_only_those
     assert set(exported["kernels"][SPEC.id]["calls"]) == {"visible-0", "visible-1"}
     assert "value" in exported["kernels"][MATMUL.id]["calls"]["visible-0"]
     assert channel.holds == 2 and channel.refused == 0
+    assert len(queued_while_held) >= 2 and all(queued_while_held)
     assert [s.id for s in course.spec.all_specs() if s.measures_the_gpu_in_run] == [SPEC.id]
