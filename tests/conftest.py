@@ -4,6 +4,7 @@ pipeline, which needs bubblewrap: without either they are skipped and counted al
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -11,6 +12,9 @@ import torch
 import course
 
 course.device.configure()  # before any test module defines a Triton kernel
+# New gradebooks are copied from one made earlier (grader.gradebook.register): within this process and the graders
+# it starts, never from an earlier session's cache.
+os.environ["GRADER_CACHE"] = tempfile.mkdtemp(prefix="grader-cache-")
 
 HAS_GPU = torch.cuda.is_available()
 NO_GPU = "needs a CUDA GPU: NOT RUN, not counted as passed"

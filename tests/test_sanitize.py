@@ -98,3 +98,33 @@ def test_a_gradebook_from_other_notebooks_is_refused_clearly(tmp_path, monkeypat
     monkeypatch.setattr(gradebook, "master_version", without_one_test)
     with pytest.raises(gradebook.GradebookMismatch, match="new OUT folder"):
         gradebook.register(url, [NOTEBOOK])
+
+
+def test_a_new_gradebook_is_a_copy_of_the_first_made_from_the_same_masters(tmp_path, monkeypatch):
+    import sqlite3
+
+    monkeypatch.setenv("GRADER_CACHE", str(tmp_path / "cache"))
+
+    def cells(out):
+        with sqlite3.connect(out / "gradebook.db") as db:
+            return sorted(db.execute("SELECT name, type FROM base_cell").fetchall())
+
+    made, copied = tmp_path / "made", tmp_path / "copied"
+    for out in (made, copied):
+        out.mkdir()
+        gradebook.register(gradebook.db_url(out), [NOTEBOOK])
+    assert [p.suffix for p in (tmp_path / "cache" / "gradebooks").iterdir()] == [".db"]  # one template, no .part
+    assert cells(copied) == cells(made) and any(name == "test_tf32" for name, _ in cells(made))
+    original = gradebook.master_version
+
+    def without_one_test(notebook):
+        nb = original(notebook)
+        nb.cells = [c for c in nb.cells if c is not _cell(nb, "test_tf32")]
+        return nb
+
+    monkeypatch.setattr(gradebook, "master_version", without_one_test)
+    other = tmp_path / "other"
+    other.mkdir()
+    gradebook.register(gradebook.db_url(other), [NOTEBOOK])  # other masters: made again, not the old copy
+    assert not any(name == "test_tf32" for name, _ in cells(other))
+    assert len(list((tmp_path / "cache" / "gradebooks").iterdir())) == 2
