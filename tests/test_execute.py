@@ -1,5 +1,7 @@
 """Every way a run can end is a status: finished, a cell over its limit, the notebook over its limit, a dead kernel."""
 
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -57,6 +59,8 @@ def test_the_notebook_sees_a_scrubbed_environment(tmp_path, monkeypatch):
     env = scrubbed_environment(Job(notebook="x", workdir=str(tmp_path), device="cpu"))
     assert "SECRET_TOKEN" not in env
     assert env["HOME"].startswith(str(tmp_path)) and env["COURSE_DEVICE"] == "cpu" and env["COURSE_GRADING"] == "1"
+    # matplotlib's font list is there already: made once by the grader, not again by every run
+    assert [p.name.startswith("fontlist-") for p in Path(env["MPLCONFIGDIR"]).iterdir()] == [True]
 
 
 @pytest.mark.parametrize("device", ["cpu", "gpu"])
