@@ -115,8 +115,9 @@ grade: setup
 check: setup
 	$(PY) -m grader check $(NB) --device $(DEVICE) $(LIMITS) $(if $(NO_SANDBOX),--no-sandbox,)
 
+# On a GPU: every reference solution timed by the judge beside its library, against its ceiling (build/bench/).
 bench: setup
-	$(PY) bench/gpu_measurements.py
+	$(PY) bench/references.py
 
 clean:
 	rm -rf build .pytest_cache
