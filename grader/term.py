@@ -29,8 +29,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from nbgrader.utils import parse_utc
-
 from grader.results import NotebookResult
 
 POLICIES = ("none", "per_day", "zero")
@@ -215,6 +213,8 @@ def load(path: Path, courses: set[str] | None = None) -> Term:
 def submission_times(student_dir: Path, assignment: str, notebook: Path) -> tuple[str, str]:
     """(timestamp.txt's time, the notebook file's modification time), each ISO UTC, "" when absent, or
     "unreadable: ..." when there but not usable."""
+    from nbgrader.utils import parse_utc  # here: importing nbgrader costs every sandboxed stage that imports layout
+
     stamp = ""
     stamp_path = student_dir / assignment / TIMESTAMP_FILE
     if stamp_path.is_file() and not stamp_path.is_symlink():
