@@ -178,3 +178,24 @@ def test_each_solution_earns_every_point_and_each_stub_none(graded, notebook):
     stub = _result_of(all_results, "unchanged_stub", notebook)
     assert stub.status == results.OK, stub.message
     assert all(not item.score for item in stub.items), {i.item: i.score for i in stub.items if i.score}
+
+
+# Demo students whose mistake only a GPU shows (on a CPU they earn what fast_correct earns).
+SAME_AS_CORRECT_ON_A_CPU = {("too_many_stages", "week2/day4_pipelining")}  # the interpreter ignores num_stages
+
+
+@pytest.mark.parametrize("notebook", course_notebooks(), ids=lambda nb: nb.key)
+def test_each_demo_mistake_costs_points(graded, notebook):
+    """Every other demo student of the notebook (each names its mistake in its docstring) earns less than
+    fast_correct, unless only a GPU can tell."""
+    all_results = graded[4]
+    solved = _result_of(all_results, "fast_correct", notebook)
+    for student in sorted({path.stem for path in demo.demo_files(notebook)} - {"fast_correct", "unchanged_stub"}):
+        result = _result_of(all_results, student, notebook)
+        if student == "crashes":
+            continue  # its status is checked above
+        assert result.status == results.OK, f"{student}: {result.status} {result.message}"
+        if (student, notebook.key) in SAME_AS_CORRECT_ON_A_CPU and not HAS_GPU:
+            assert result.score == solved.score, student
+        else:
+            assert result.score < solved.score, f"{student} earned {result.score}, as much as fast_correct"
