@@ -82,12 +82,7 @@ def test_an_untouched_notebook_has_no_notes_although_hidden_tests_come_back(tmp_
     assert '"hidden"' in _cell(cleaned.notebook, "test_matmul_hidden").source
 
 
-def test_a_gradebook_from_other_notebooks_is_refused_clearly(tmp_path, monkeypatch):
-    from grader.results import NotebookResult
-
-    url = gradebook.db_url(tmp_path)
-    gradebook.register(url, [NOTEBOOK])
-    gradebook.record(url, NotebookResult("s", NOTEBOOK.assignment, NOTEBOOK.name, results.MISSING), None)
+def _drop_test_tf32_from_the_masters(monkeypatch) -> None:
     original = gradebook.master_version
 
     def without_one_test(notebook):
@@ -96,6 +91,15 @@ def test_a_gradebook_from_other_notebooks_is_refused_clearly(tmp_path, monkeypat
         return nb
 
     monkeypatch.setattr(gradebook, "master_version", without_one_test)
+
+
+def test_a_gradebook_from_other_notebooks_is_refused_clearly(tmp_path, monkeypatch):
+    from grader.results import NotebookResult
+
+    url = gradebook.db_url(tmp_path)
+    gradebook.register(url, [NOTEBOOK])
+    gradebook.record(url, NotebookResult("s", NOTEBOOK.assignment, NOTEBOOK.name, results.MISSING), None)
+    _drop_test_tf32_from_the_masters(monkeypatch)
     with pytest.raises(gradebook.GradebookMismatch, match="new OUT folder"):
         gradebook.register(url, [NOTEBOOK])
 
@@ -115,14 +119,7 @@ def test_a_new_gradebook_is_a_copy_of_the_first_made_from_the_same_masters(tmp_p
         gradebook.register(gradebook.db_url(out), [NOTEBOOK])
     assert [p.suffix for p in (tmp_path / "cache" / "gradebooks").iterdir()] == [".db"]  # one template, no .part
     assert cells(copied) == cells(made) and any(name == "test_tf32" for name, _ in cells(made))
-    original = gradebook.master_version
-
-    def without_one_test(notebook):
-        nb = original(notebook)
-        nb.cells = [c for c in nb.cells if c is not _cell(nb, "test_tf32")]
-        return nb
-
-    monkeypatch.setattr(gradebook, "master_version", without_one_test)
+    _drop_test_tf32_from_the_masters(monkeypatch)
     other = tmp_path / "other"
     other.mkdir()
     gradebook.register(gradebook.db_url(other), [NOTEBOOK])  # other masters: made again, not the old copy
