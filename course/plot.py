@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # matplotlib is imported where a plot is drawn: `import course` (every run and replay) skips it
     from matplotlib.figure import Figure
@@ -55,9 +55,15 @@ def roofline(peak_gflops: float, peak_gbps: float, points: Mapping[str, tuple[fl
     for name, (intensity, achieved) in points.items():
         ax.scatter([intensity], [achieved], label=name, zorder=3)
     ax.set_xscale("log")
+    return finish_log_plot(fig, ax, "arithmetic intensity (FLOP/byte)", "GFLOP/s", title)
+
+
+def finish_log_plot(fig: Figure, ax: Any, xlabel: str, ylabel: str, title: str) -> Figure:
+    """The course's finish of a plot with a log y axis: labels, a small title, a grid at every decade's ticks,
+    the legend, a tight layout."""
     ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-    ax.set_ylabel("GFLOP/s")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
@@ -251,14 +257,7 @@ def times_per_call(times_ms: Sequence[float], title: str, skip: int = 0) -> Figu
     ax.scatter(calls[skip:], times_ms[skip:], color="C0", s=14, label="timed", zorder=3)
     median = statistics.median(times_ms[skip:])
     ax.axhline(median, color="C0", linestyle="--", linewidth=1, label=f"median of the timed: {median:.3g} ms")
-    ax.set_yscale("log")
-    ax.set_xlabel("call")
-    ax.set_ylabel("ms")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return finish_log_plot(fig, ax, "call", "ms", title)
 
 
 def to_png(fig: Figure) -> bytes:

@@ -16,6 +16,8 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
+from course import plot
+
 
 @dataclass(frozen=True)
 class Format:
@@ -143,11 +145,4 @@ def error_vs_k(ks: Sequence[int], errors: Mapping[str, Sequence[float]], toleran
             ax.axhline(roundoffs[name], color=colour, linestyle=":", linewidth=1)
     ax.axhline(tolerance, color="black", linestyle="--", linewidth=1, label=f"tolerance {tolerance:g}")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("K (length of each dot product)")
-    ax.set_ylabel("||C - C_fp64|| / ||C_fp64||")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+    return plot.finish_log_plot(fig, ax, "K (length of each dot product)", "||C - C_fp64|| / ||C_fp64||", title)
