@@ -1,17 +1,20 @@
 """Grade one batch of demo-student copies through the pipeline on one GPU and then on several, and compare.
 
     python bench/gpu_scaling.py --copies 3 [--notebooks week1/day7_fast_matmul,week2/day7_optimized_gemm]
-        [--gpu-sets 0 0,1] [--work build/scaling] [--json out.json] [--references-first] [--reuse]
+        [--gpu-sets 0 0,1] [--work build/scaling] [--json out.json] [--references-first [--keep-references]]
+        [--reuse]
 
 Each GPU set is graded with ``--schedule pipeline --gpus SET`` and the grader's default limits for that many GPUs,
 the same seed for every run, into WORK/gpus-<set> (commas as underscores), while ``nvidia-smi`` samples every
-GPU's utilisation into WORK/gpus-<set>.smi.csv. The first set is the baseline: for each later set the script
+GPU's utilisation into WORK/gpus-<set>.smi.csv and /proc/stat the host's CPU load into WORK/gpus-<set>.cpu.txt
+(does a set wait for CPUs rather than GPUs?). The first set is the baseline: for each later set the script
 prints the wall time (the grader's own, from schedule.json), notebooks per hour, the speed-up, each GPU's mean
 utilisation over the run and the share of samples it was busy, how long each GPU was held alone and why it idled
 between holds (from schedule.json's timeline) with its pace per notebook and issue 16's class (300 x 14
 notebooks) extrapolated at that pace onto 1, 8 and 32 GPUs, the GPU-exclusive seconds per notebook, and every
 verdict and timing ratio that differs from the baseline's. ``--references-first`` grades the reference solutions
-once before the sets (WORK/references) and copies them into every set's OUT, as a class's later batches find them.
+once before the sets (WORK/references) and copies them into every set's OUT, as a class's later batches find them;
+``--keep-references`` reuses an earlier call's, so that the sets can be graded in calls of their own.
 Issue 21's targets close the output: identical verdicts, ratios within 3%, and the second set at least 1.8 times
 faster than the first.
 """
@@ -23,6 +26,7 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -68,8 +72,60 @@ def read_utilisation(path: Path) -> list[Utilisation]:
             for gpu, v in sorted(by_gpu.items(), key=lambda item: int(item[0]))]
 
 
+@dataclass(frozen=True)
+class CpuLoad:
+    samples: int
+    mean_busy: float  # share of the host's CPU time spent outside idle and iowait
+    saturated_share: float  # samples with the host at least SATURATED busy
+
+
+SATURATED = 0.9
+
+
+def cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of the whole host from /proc/stat; None where there is none."""
+    try:
+        fields = [int(f) for f in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+def sample_cpu(path: Path, period: float, stop: threading.Event) -> None:
+    """Write the host's busy share over each ``period`` to ``path``, one number a line, until ``stop``."""
+    with open(path, "w", encoding="utf-8") as log:
+        before = cpu_times()
+        while before is not None and not stop.wait(period):
+            after = cpu_times()
+            if after is None:
+                return
+            total = after[1] - before[1]
+            if total > 0:
+                log.write(f"{(after[0] - before[0]) / total:.4f}\n")
+                log.flush()
+            before = after
+
+
+def read_cpu_load(path: Path) -> CpuLoad | None:
+    values = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                values.append(float(line))
+            except ValueError:
+                continue
+    if not values:
+        return None
+    return CpuLoad(len(values), sum(values) / len(values), sum(v >= SATURATED for v in values) / len(values))
+
+
 def grade(work: Path, batch: Path, gpus: str, args: argparse.Namespace, references: Path | None = None) -> None:
     name = run_name(gpus)
+    stop_cpu = threading.Event()
+    cpu_sampler = threading.Thread(target=sample_cpu, args=(work / f"{name}.cpu.txt", args.sample_ms / 1000, stop_cpu),
+                                   daemon=True)
+    cpu_sampler.start()
     sampler = None
     smi = shutil.which("nvidia-smi")
     if smi:
@@ -81,6 +137,8 @@ def grade(work: Path, batch: Path, gpus: str, args: argparse.Namespace, referenc
     try:
         gt.run_grader(work, batch, name, ["--schedule", "pipeline", "--gpus", gpus], args, references)
     finally:
+        stop_cpu.set()
+        cpu_sampler.join()
         if sampler is not None:
             sampler.terminate()
             sampler.wait()
@@ -90,7 +148,10 @@ def grade(work: Path, batch: Path, gpus: str, args: argparse.Namespace, referenc
 def grade_references(work: Path, batch: Path, args: argparse.Namespace) -> Path:
     """Grade, with the first GPU set, the first student of the batch with each notebook, for the reference
     solutions: every set's OUT starts with them, so no set's wall time holds the references' run, build and
-    judge (a class pays them once)."""
+    judge (a class pays them once). With ``--keep-references``, an earlier call's WORK/references is used as it is."""
+    if args.keep_references and (work / "references" / "reference").is_dir():
+        print(f"references: kept from an earlier call ({work / 'references'})", flush=True)
+        return work / "references"
     few = work / "references-batch"
     shutil.rmtree(few, ignore_errors=True)
     covered: set[str] = set()
@@ -131,6 +192,9 @@ def report_lines(sets: list[str], runs: dict[str, dict[str, Any]], compared: dic
                          f"{u.samples} samples")
         if not data["utilisation"]:
             lines.append("  utilisation: not sampled")
+        cpu = data.get("cpu")
+        lines.append(f"  host CPUs: mean {cpu.mean_busy:.0%} busy, at least {SATURATED:.0%} busy in "
+                     f"{cpu.saturated_share:.0%} of {cpu.samples} samples" if cpu else "  host CPUs: not sampled")
         lines.extend(tp.timeline_lines(tp.gpu_timelines(data["schedule"]), tp.gpu_periods(data["schedule"])))
     for gpus, c in compared.items():
         lines.append(f"--gpus {gpus} against --gpus {sets[0]}:")
@@ -171,6 +235,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--references-first", action="store_true",
                    help="grade the reference solutions once before the sets (with one student, the first set's "
                         "GPUs) and start every set's OUT with them, so the wall times compare the students' grading")
+    p.add_argument("--keep-references", action="store_true",
+                   help="with --references-first: use WORK/references from an earlier call where it holds them, so "
+                        "the sets can be graded in separate calls")
     p.add_argument("--reuse", action="store_true", help="analyse WORK's earlier runs; grade nothing")
     p.add_argument("--json", type=Path, default=None, help="also write everything as JSON here")
     return p
@@ -192,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (work / f"{run_name(gpus)}.json").is_file():
             raise SystemExit(f"{work} has no run for --gpus {gpus}: grade it first")
         runs[gpus] = {**gt.read_mode(work, run_name(gpus), notebooks),
-                      "utilisation": read_utilisation(work / f"{run_name(gpus)}.smi.csv")}
+                      "utilisation": read_utilisation(work / f"{run_name(gpus)}.smi.csv"),
+                      "cpu": read_cpu_load(work / f"{run_name(gpus)}.cpu.txt")}
     compared = {gpus: compare(runs[args.gpu_sets[0]], runs[gpus]) for gpus in args.gpu_sets[1:]}
     print("\n".join(report_lines(args.gpu_sets, runs, compared)))
     if args.json:
@@ -201,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             "runs": {g: {"wall_seconds": d["wall_seconds"], "per_hour": d["per_hour"], "notebooks": len(d["records"]),
                          "run": d["run"], "schedule": d["schedule"],
                          "utilisation": [asdict(u) for u in d["utilisation"]],
+                         "cpu": asdict(d["cpu"]) if d["cpu"] else None,
                          "gpu_timelines": [asdict(t) for t in tp.gpu_timelines(d["schedule"])],
                          "class_projection_seconds": tp.period_projection(tp.gpu_periods(d["schedule"])),
                          "stages": [asdict(s) for s in tp.stage_stats(d["records"])]} for g, d in runs.items()},

@@ -4,6 +4,8 @@ GPU set with the first, and issue 21's targets met or not from the numbers."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 from bench import gpu_scaling as script
@@ -123,3 +125,40 @@ def test_references_first_grades_one_student_once_and_every_set_starts_with_its_
         gt.run_grader(tmp_path, batch, script.run_name(gpus), ["--gpus", gpus], args, references)
     everyone = ["a-c1", "a-c2", "b-c1", "c-c1", "d-c1"]
     assert graded == [(["a-c1", "c-c1"], False, "0"), (everyone, True, "0"), (everyone, True, "0,1")]
+
+
+def test_the_host_cpu_load_is_sampled_while_a_set_grades_and_reported(tmp_path, capsys):
+    stop = threading.Event()
+    sampler = threading.Thread(target=script.sample_cpu, args=(tmp_path / "c.txt", 0.05, stop))
+    sampler.start()
+    deadline = time.monotonic() + 0.4
+    while time.monotonic() < deadline:  # keep one core busy meanwhile
+        pass
+    stop.set()
+    sampler.join()
+    load = script.read_cpu_load(tmp_path / "c.txt")
+    assert load is not None and load.samples >= 3 and 0.0 < load.mean_busy <= 1.0
+    (tmp_path / "bad.txt").write_text("0.95\nnot a number\n0.5\n")
+    assert script.read_cpu_load(tmp_path / "bad.txt") == script.CpuLoad(2, 0.725, 0.5)
+    assert script.read_cpu_load(tmp_path / "absent.txt") is None
+    _run(tmp_path, "0", 100.0, 900.0, 2.0)
+    _run(tmp_path, "0,1", 50.0, 909.0, 2.0)
+    (tmp_path / "gpus-0_1.cpu.txt").write_text("1.0\n0.5\n")
+    assert script.main(["--reuse", "--work", str(tmp_path), "--notebooks", tp.W1D7]) == 0
+    printed = capsys.readouterr().out
+    assert "host CPUs: not sampled" in printed  # the 1-GPU set had none
+    assert "host CPUs: mean 75% busy, at least 90% busy in 50% of 2 samples" in printed
+
+
+def test_keep_references_reuses_an_earlier_calls_references_and_grades_none(tmp_path, monkeypatch):
+    graded = []
+    monkeypatch.setattr(script.gt, "run_grader", lambda *a, **k: graded.append(a))
+    args = script.parser().parse_args(["--references-first", "--keep-references", "--work", str(tmp_path)])
+    batch = tmp_path / "batch"
+    (batch / "s1" / "week1").mkdir(parents=True)
+    (batch / "s1" / "week1" / "n.ipynb").write_text("{}")
+    assert script.grade_references(tmp_path, batch, args) == tmp_path / "references"
+    assert len(graded) == 1  # nothing kept yet: graded
+    (tmp_path / "references" / "reference").mkdir(parents=True)
+    assert script.grade_references(tmp_path, batch, args) == tmp_path / "references"
+    assert len(graded) == 1
