@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +32,7 @@ _templates = jinja2.Environment(loader=jinja2.PackageLoader("grader", "templates
                                 autoescape=jinja2.select_autoescape(["html"]), undefined=jinja2.StrictUndefined)
 _highlight = Highlight2HTML(pygments_lexer="ipython3")
 CODE_CSS = HtmlFormatter(style="default").get_style_defs(".highlight")
+PLOT_CACHE = ".plot-cache"  # under OUT/feedback
 _PLOT_VERSION = 2  # part of the plot cache's key: raise it when the plots change
 
 
@@ -48,24 +52,63 @@ def plots(perf_rows: list[dict[str, Any]], device: str) -> list[str]:
     return pngs
 
 
-def _cached_plots(result: NotebookResult, cache: Path) -> list[str]:
+def _plot_cache_path(perf_rows: list[dict[str, Any]], device: str, cache: Path) -> Path:
+    key = hashlib.sha256(json.dumps([_PLOT_VERSION, perf_rows, device], sort_keys=True,
+                                    default=str).encode()).hexdigest()
+    return cache / f"{key}.json"
+
+
+def cached_plots(perf_rows: list[dict[str, Any]], device: str, cache: Path) -> list[str]:
     """``plots`` through a cache in OUT: matplotlib takes about 0.15 s a plot, and every grading run rewrites
     every page, so a class of thousands of notebooks measured on a GPU would otherwise redraw them all."""
-    key = hashlib.sha256(json.dumps([_PLOT_VERSION, result.perf_rows, result.device], sort_keys=True,
-                                    default=str).encode()).hexdigest()
-    path = cache / f"{key}.json"
+    path = _plot_cache_path(perf_rows, device, cache)
     try:
         found = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(found, list) and all(isinstance(png, str) for png in found):
             return found
     except (OSError, ValueError):
         pass
-    drawn = plots(result.perf_rows, result.device)
+    drawn = plots(perf_rows, device)
     cache.mkdir(parents=True, exist_ok=True)
     temporary = path.with_suffix(f".{os.getpid()}.tmp")
     temporary.write_text(json.dumps(drawn), encoding="utf-8")
     os.replace(temporary, path)
     return drawn
+
+
+def _draw_into_cache(perf_rows: list[dict[str, Any]], device: str, cache: str) -> None:
+    cached_plots(perf_rows, device, Path(cache))
+
+
+class PlotsAhead:
+    """Draws each measured notebook's plots into OUT's plot cache as its result comes in, in one low-priority
+    process of its own, so the pages written at the end of a batch only read them: drawn there, a class's plots
+    (about 0.25 s a notebook) would hold the report back for minutes while every GPU idles. A plot it did not
+    draw (it failed, or came late) is drawn by ``write_pages`` as before."""
+
+    def __init__(self, out: Path) -> None:
+        self.cache = out / "feedback" / PLOT_CACHE
+        self._pool: ProcessPoolExecutor | None = None
+        self._broken = False
+
+    def submit(self, result: NotebookResult) -> None:
+        if not result.perf_rows or self._broken:
+            return
+        try:
+            if self._pool is None:
+                # spawn: the grader has threads (the scheduler's), which a forked child would inherit mid-state
+                self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=os.nice, initargs=(19,))
+            self._pool.submit(_draw_into_cache, result.perf_rows, result.device, str(self.cache))
+        except (BrokenProcessPool, OSError, RuntimeError):  # drawing ahead only saves time: never stop grading
+            self._broken = True
+
+    def __enter__(self) -> PlotsAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
 
 def _perf_table(result: NotebookResult) -> list[dict[str, Any]]:
@@ -160,12 +203,12 @@ def write_pages(all_results: list[NotebookResult], out: Path) -> Path:
     def link(result: NotebookResult) -> str:
         return quote(Path(os.path.relpath(page_path(out, result), out)).as_posix())
 
-    cache = out / "feedback" / ".plot-cache"
+    cache = out / "feedback" / PLOT_CACHE
     for result in all_results:
         path = page_path(out, result)
         path.parent.mkdir(parents=True, exist_ok=True)
         index_href = Path(os.path.relpath(index, path.parent)).as_posix()
-        pngs = _cached_plots(result, cache) if result.perf_rows else []
+        pngs = cached_plots(result.perf_rows, result.device, cache) if result.perf_rows else []
         path.write_text(render_page(result, index_href, pngs), encoding="utf-8")
         items = items_of(result)
         perf = [i for i in items if i.kind == results.PERFORMANCE and i.measured]

@@ -751,12 +751,16 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     needed = sorted({(s.assignment, s.notebook) for s in todo if s.path})
     plans = {f"{a}/{n}": notebook_plan(find_course_notebook(a, n)) for a, n in needed}
 
+    from grader import feedback  # nbconvert and matplotlib: for the grader's own process only
+
     done = 0
+    plots_ahead = feedback.PlotsAhead(out)
 
     def finished(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None,
                  book: Gradebook | None = None) -> None:
         nonlocal done
         record_result(out, submission, result, notebook, book)
+        plots_ahead.submit(result)
         done += 1
         if progress:
             progress(done, len(todo), result)
@@ -764,7 +768,8 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     began = time.monotonic()
     gate = GpuGate(gpu_idle.idle) if settings.device == "gpu" and settings.schedule == "pipeline" else None
     tasks: dict[str, tuple[Submission, Task, list[str]]] = {}
-    with Scheduler(limits, GradingStages(), gate, one_at_a_time=settings.schedule == "serial") as scheduler:
+    with plots_ahead, Scheduler(limits, GradingStages(), gate,
+                                one_at_a_time=settings.schedule == "serial") as scheduler:
         references: dict[str, Future] = {}
         for assignment, name in needed if settings.device == "gpu" else []:
             notebook = find_course_notebook(assignment, name)

@@ -410,3 +410,29 @@ def test_the_class_plots_render_and_check_their_input():
         plot.class_performance(["a"], [0.1, 0.2], {}, "t")
     with pytest.raises(ValueError, match="no notebooks"):
         plot.score_distribution({})
+
+
+
+def test_plots_drawn_ahead_are_the_ones_the_pages_show_and_none_is_drawn_again(tmp_path, monkeypatch):
+    measured = _gpu_class()[:3]
+    broken = _result("zed", perf_rows=[{"spec": "x"}])  # rows no plot can be drawn from: the worker's draw raises
+    with feedback.PlotsAhead(tmp_path) as ahead:  # in a process of its own, as results come in
+        for result in [broken, *measured, _result("eve", results.MISSING)]:
+            ahead.submit(result)
+    cache = tmp_path / "feedback" / feedback.PLOT_CACHE
+    # the measured three, drawn after broken's failure; nothing for the missing notebook
+    assert len(list(cache.glob("*.json"))) == 3 and not list(cache.glob("*.tmp"))
+    drawn_here = [feedback.plots(r.perf_rows, r.device) for r in measured]
+    assert [feedback.cached_plots(r.perf_rows, r.device, cache) for r in measured] == drawn_here
+
+    def no_drawing(*_):
+        raise AssertionError("a plot drawn again at the end")
+
+    monkeypatch.setattr(feedback, "plots", no_drawing)
+    feedback.write_pages(measured, tmp_path)
+    assert all(png in (tmp_path / "feedback" / "ada" / f"{ASSIGNMENT}-{NOTEBOOK}.html").read_text()
+               for png in drawn_here[0])
+    monkeypatch.undo()
+    late = _result("fay", perf_rows=_rows_gpu(0.5))  # never drawn ahead: the pages draw it
+    feedback.write_pages([late], tmp_path)
+    assert "data:image/png;base64," in (tmp_path / "feedback" / "fay" / f"{ASSIGNMENT}-{NOTEBOOK}.html").read_text()
