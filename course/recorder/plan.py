@@ -245,26 +245,11 @@ def _record_launch(jit_fn: Any, args: tuple, kwargs: dict, grid: Any, kernel: An
     for (name, kind), value in zip(signature.items(), bound_args.values(), strict=True):
         if kind == "constexpr":
             continue
-        if kind.startswith("tensordesc"):
-            entry, problem = _describe_descriptor(recording, value, name, launch["kernel"])
-            if entry is None:
-                recording.problem(problem)
-                return
-            arguments.append({"name": name, "descriptor": entry})
-        elif kind.startswith("*"):
-            address = value.data_ptr() if hasattr(value, "data_ptr") else int(value)
-            where = recording.locate(address)
-            if where is None:
-                recording.problem(f"argument {name} of kernel {launch['kernel']} points to memory that is neither "
-                                  "an input nor allocated in the call")
-                return
-            arguments.append({"name": name, "pointer": where})
-        else:
-            tagged = encode_value(value)
-            if tagged is None:
-                recording.problem(f"argument {name} of kernel {launch['kernel']} has type {type(value).__name__}")
-                return
-            arguments.append({"name": name, "scalar": tagged})
+        as_what = "descriptor" if kind.startswith("tensordesc") else "pointer" if kind.startswith("*") else "scalar"
+        argument = _argument(recording, launch["kernel"], name, value, as_what)
+        if argument is None:
+            return
+        arguments.append(argument)
     if stream != recording.stream:
         recording.problem(f"kernel {launch['kernel']} was launched on another CUDA stream than the caller's")
     launch.update(
@@ -321,6 +306,29 @@ def _check_descriptors(recording: _Recording | None, kernel: str, names: list[st
 NOMINAL_TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32}
 
 
+def _argument(recording: _Recording, kernel: str, name: str, value: Any, as_what: str) -> dict[str, Any] | None:
+    """One non-constexpr argument of a launch as the judge replays it (``as_what``: "descriptor", "pointer" or
+    "scalar"), or None after noting why it cannot be."""
+    if as_what == "descriptor":
+        entry, problem = _describe_descriptor(recording, value, name, kernel)
+        if entry is None:
+            recording.problem(problem)
+            return None
+        return {"name": name, "descriptor": entry}
+    if as_what == "pointer":
+        where = recording.locate(value.data_ptr() if hasattr(value, "data_ptr") else int(value))
+        if where is None:
+            recording.problem(f"argument {name} of kernel {kernel} points to memory that is neither "
+                              "an input nor allocated in the call")
+            return None
+        return {"name": name, "pointer": where}
+    tagged = encode_value(value)
+    if tagged is None:
+        recording.problem(f"argument {name} of kernel {kernel} has type {type(value).__name__}")
+        return None
+    return {"name": name, "scalar": tagged}
+
+
 def _interpreted_constexprs(fn: Any) -> set[str]:
     """The parameters the interpreter passes unconverted: those annotated ``tl.constexpr``."""
     from triton.runtime.jit import _normalize_ty
@@ -359,25 +367,13 @@ def _record_interpreted(fn: Any, args: tuple, kwargs: dict) -> dict[str, Any] | 
                 recording.problem(f"constexpr {name} of kernel {kernel} has type {type(value).__name__}")
                 return None
             constexprs.append([[index], tagged])
-        elif descriptors.is_descriptor(value):
-            entry, problem = _describe_descriptor(recording, value, name, kernel)
-            if entry is None:
-                recording.problem(problem)
-                return None
-            arguments.append({"name": name, "descriptor": entry})
-        elif isinstance(value, torch.Tensor):
-            where = recording.locate(value.data_ptr())
-            if where is None:
-                recording.problem(f"argument {name} of kernel {kernel} points to memory that is neither "
-                                  "an input nor allocated in the call")
-                return None
-            arguments.append({"name": name, "pointer": where})
         else:
-            tagged = encode_value(value)
-            if tagged is None:
-                recording.problem(f"argument {name} of kernel {kernel} has type {type(value).__name__}")
+            as_what = ("descriptor" if descriptors.is_descriptor(value) else
+                       "pointer" if isinstance(value, torch.Tensor) else "scalar")
+            argument = _argument(recording, kernel, name, value, as_what)
+            if argument is None:
                 return None
-            arguments.append({"name": name, "scalar": tagged})
+            arguments.append(argument)
     # attrs, options and target: what a compiled launch of the same call would record for NOMINAL_TARGET, so
     # the builder can compile it there (no divisibility is assumed).
     options = {k: kwargs[k] for k in ("num_warps", "num_stages") if type(kwargs.get(k)) is int}
@@ -392,6 +388,26 @@ def _grid_of(grid: Any) -> list[int]:
     return [int(g) for g in (*grid, 1, 1)[:3]]
 
 
+def _recording_launches(original: Callable[..., Any], record: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (a Triton ``run``) as it runs outside a recording, and through ``record`` inside one; tensor
+    descriptors are checked before every launch either way."""
+
+    def run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+        recording = _current()
+        if recording is None or warmup:
+            if not warmup:
+                _check_descriptors(None, self.fn.__name__, self.arg_names, args, kwargs)
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
+        recording.in_launch += 1
+        try:
+            return record(self, recording, args, kwargs, grid)
+        finally:
+            recording.in_launch -= 1
+
+    return run
+
+
 _installed = False
 
 
@@ -404,13 +420,9 @@ def install() -> None:
     from triton.runtime import interpreter, jit
 
     compiled_run = jit.JITFunction.run
+    interpreted_run = interpreter.InterpretedFunction.run
 
-    def recording_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-        recording = _current()
-        if recording is None or warmup:
-            if not warmup:
-                _check_descriptors(None, self.fn.__name__, self.arg_names, args, kwargs)
-            return compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+    def record_compiled(self: Any, recording: _Recording, args: tuple, kwargs: dict, grid: Any) -> Any:
         # Only a GPU call has a stream to compare; on a CPU a compiled (non-interpreted) kernel has no driver,
         # and its launch below fails with the guard's message rather than here.
         stream = None
@@ -418,43 +430,26 @@ def install() -> None:
             from triton.runtime.driver import driver
 
             stream = driver.active.get_current_stream(driver.active.get_current_device())
-        _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
-        recording.in_launch += 1
-        try:
-            kernel = compiled_run(self, *args, grid=grid, warmup=warmup, **kwargs)
-            if hasattr(kernel, "result"):
-                kernel = kernel.result()
-            _record_launch(self, args, kwargs, grid, kernel, stream)
-        finally:
-            recording.in_launch -= 1
+        kernel = compiled_run(self, *args, grid=grid, warmup=False, **kwargs)
+        if hasattr(kernel, "result"):
+            kernel = kernel.result()
+        _record_launch(self, args, kwargs, grid, kernel, stream)
         return kernel
 
-    interpreted_run = interpreter.InterpretedFunction.run
+    def record_interpreted(self: Any, recording: _Recording, args: tuple, kwargs: dict, grid: Any) -> Any:
+        launch = _record_interpreted(self, args, kwargs)
+        if launch is None:
+            return interpreted_run(self, *args, grid=grid, warmup=False, **kwargs)
 
-    def recording_interpreted(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-        recording = _current()
-        if recording is None or warmup:
-            if not warmup:
-                _check_descriptors(None, self.fn.__name__, self.arg_names, args, kwargs)
-            return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
-        _check_descriptors(recording, self.fn.__name__, self.arg_names, args, kwargs)
-        recording.in_launch += 1
-        try:
-            launch = _record_interpreted(self, args, kwargs)
-            if launch is None:
-                return interpreted_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+        def resolved(meta: dict[str, Any]) -> Any:  # the grid the interpreter runs, as the judge replays it
+            chosen = grid(meta) if callable(grid) else grid
+            launch["grid"] = _grid_of(chosen)
+            return chosen
 
-            def resolved(meta: dict[str, Any]) -> Any:  # the grid the interpreter runs, as the judge replays it
-                chosen = grid(meta) if callable(grid) else grid
-                launch["grid"] = _grid_of(chosen)
-                return chosen
+        return interpreted_run(self, *args, grid=resolved, warmup=False, **kwargs)
 
-            return interpreted_run(self, *args, grid=resolved, warmup=warmup, **kwargs)
-        finally:
-            recording.in_launch -= 1
-
-    jit.JITFunction.run = recording_run
-    interpreter.InterpretedFunction.run = recording_interpreted
+    jit.JITFunction.run = _recording_launches(compiled_run, record_compiled)
+    interpreter.InterpretedFunction.run = _recording_launches(interpreted_run, record_interpreted)
     _installed = True
 
 
