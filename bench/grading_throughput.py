@@ -7,7 +7,8 @@
 Writes WORK (default build/throughput): demo/ (the demo class), batch/ (the copies, ``<student>-c<k>``),
 batch.json (what the batch holds), serial/ and pipeline/ (the two grade runs' OUT folders, wiped first),
 serial.log, pipeline.log and serial.json, pipeline.json (each run's command, exit status and wall time measured
-around it). Both runs use the same seed; ``--grade-args`` goes to the pipeline run only, ``--common-args`` to both.
+around it). ``--references OUT`` starts both runs with OUT's graded reference solutions. Both runs use the same
+seed; ``--grade-args`` goes to the pipeline run only, ``--common-args`` to both.
 ``--reuse`` analyses WORK's earlier runs without grading; ``--project`` prints only the projection.
 
 A run's wall time is its schedule.json's (the grader's own, around its scheduler: on a GPU the reference
@@ -296,6 +297,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--modes", default=",".join(MODES),
                    help="which runs to grade (default: %(default)s); one alone is reported without the comparison, "
                         "e.g. a pipeline batch too large to also grade one at a time")
+    p.add_argument("--references", type=Path, default=None,
+                   help="an OUT whose graded reference solutions (OUT/reference, this GPU kind's) both runs start "
+                        "with, so neither wall time holds the references' grading (default: each run grades them)")
     p.add_argument("--reuse", action="store_true", help="analyse WORK's earlier runs; grade nothing")
     p.add_argument("--project", action="store_true",
                    help="print only the projection, from --from OUT (and WORK's pipeline run with --reuse); "
@@ -347,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in chosen:
             (work / f"{mode}.json").unlink(missing_ok=True)
             run_grader(work, batch, mode, ["--schedule", mode, *(shlex.split(args.grade_args) if mode == "pipeline"
-                                                                   else [])], args)
+                                                                   else [])], args, args.references)
     report: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}}
     lines: list[str] = []
     modes = {mode: read_mode(work, mode, notebooks) for mode in chosen if (work / f"{mode}.json").is_file()} \

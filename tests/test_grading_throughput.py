@@ -353,3 +353,20 @@ def test_a_grader_past_its_limit_prints_its_stacks_and_is_stopped(tmp_path):
             time.sleep(0.05)
         returncode = script.stop_with_stacks(grader)
     assert returncode < 0 and "most recent call first" in log.read_text()
+
+
+def test_both_runs_start_with_the_references_given(tmp_path, monkeypatch):
+    given = []
+
+    def fake_build(work, notebooks, students, copies):
+        (work / "batch" / "s-c1").mkdir(parents=True)
+        return work / "batch"
+
+    def fake_grader(work, batch, mode, grader_args, args, references=None):
+        given.append((mode, references))  # and grades nothing: the script then says it has no runs
+
+    monkeypatch.setattr(script, "build_batch", fake_build)
+    monkeypatch.setattr(script, "run_grader", fake_grader)
+    with pytest.raises(SystemExit, match="holds none of the runs"):
+        script.main(["--work", str(tmp_path), "--references", str(tmp_path / "refs")])
+    assert given == [("serial", tmp_path / "refs"), ("pipeline", tmp_path / "refs")]
