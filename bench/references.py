@@ -126,17 +126,21 @@ def graded_at(out: Path) -> datetime:
 
 
 def report(rows: list[Row], device_name: str, copy_gbps: float | None, command: list[str],
-           when: datetime) -> dict[str, Any]:
+           when: datetime, tabulated_from: Path | None = None) -> dict[str, Any]:
+    """``tabulated_from``: the OUT graded earlier (``--from``), whose grading commit this checkout cannot know."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return {"date": when.strftime("%Y-%m-%d %H:%M UTC"), "gpu": device_name, "copy_gbps": copy_gbps,
-            "commit": commit.stdout.strip() or None, "command": command, "rows": [asdict(r) for r in rows]}
+            "commit": commit.stdout.strip() or None, "command": command,
+            "from": str(tabulated_from) if tabulated_from is not None else None, "rows": [asdict(r) for r in rows]}
 
 
 def markdown(data: dict[str, Any]) -> str:
     """A JSON report as RESULTS.md shows it: where and when, then the table."""
     rows = [Row(**r) for r in data["rows"]]
-    return (f"{data['gpu']}, {data['date']}, commit {data.get('commit') or 'unknown'}: "
-            f"`{' '.join(data['command'])}`\n\n{table(rows)}")
+    commit = data.get("commit") or "unknown"
+    where = (f"graded {data['date']}, tabulated from {data['from']} at commit {commit}" if data.get("from") else
+             f"{data['date']}, commit {commit}")
+    return f"{data['gpu']}, {where}: `{' '.join(data['command'])}`\n\n{table(rows)}"
 
 
 def copy_bandwidth() -> float:
@@ -194,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.from_out if args.from_out is not None else grade_references(args.work, notebooks)
     rows = read_out(out, device_name, copy_gbps)
     data = report(rows, device_name, copy_gbps, ["python", "bench/references.py", *(argv or sys.argv[1:])],
-                  graded_at(out))
+                  graded_at(out), args.from_out)
     target = args.json or args.work / "bench.json"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(data, indent=1), encoding="utf-8")

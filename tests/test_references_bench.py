@@ -33,7 +33,9 @@ def test_each_benchmark_shape_gets_the_references_rate_the_librarys_and_the_ceil
     assert round(copy.reference) == 2147 and copy.ceiling == 2500 and copy.ceiling_name == "measured copy"
     assert "| w1d7.matmul_fp32 | 4096x4096x4096 | fp32-ieee | 34,360 GFLOP/s | 42,950 (cuBLAS) | 0.800 |" in printed
     assert "| 51.3% |" in printed and "- (not timed: x)" in printed and "85.9%" in printed
-    assert script.markdown(data).startswith("NVIDIA H100 80GB HBM3, ")
+    assert script.markdown(data).startswith(f"NVIDIA H100 80GB HBM3, graded {data['date']}, tabulated from {tmp_path} "
+                                            "at commit ")  # this checkout's, not the grading's: it cannot know that
+    assert script.markdown({**data, "from": None}).startswith(f"NVIDIA H100 80GB HBM3, {data['date']}, commit ")
 
 
 def test_without_a_gpu_nothing_is_measured_and_it_says_so(capsys):
