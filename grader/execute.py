@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import shutil
 import sys
@@ -271,6 +272,10 @@ def run_job(job: Job) -> Outcome:
             None, nb, kernel_name=KERNEL_NAME, input_path=job.notebook, output_path=output,
             progress_bar=False, log_output=False, start_timeout=job.startup_timeout,
             execution_timeout=job.cell_timeout, request_save_on_cell_execute=True, allow_errors=True,
+            # A cell's reply and its last outputs are separate messages; papermill fails the cell when 4 s pass
+            # between them. A run paused by the GPU gate (while a judge holds its GPU) can sit in that gap for
+            # longer: only the cell's own limit bounds the wait.
+            iopub_timeout=math.ceil(job.cell_timeout),
         )
         write_ipynb(nb, output)
         failure = _cuda_failure(nb)

@@ -44,6 +44,34 @@ def test_a_cell_over_its_limit_is_a_timeout(tmp_path):
     assert outcome.status == results.TIMEOUT and "cell" in outcome.message
 
 
+# The kernel sends a cell's reply, then its "idle" status; a run paused in between (the GPU gate stops it while a
+# judge holds its GPU) delays the second. Here the kernel itself sleeps there, once.
+_IDLE_LATE = """
+import time
+kernel = get_ipython().kernel
+publish = kernel._publish_status
+def late_idle(status, *args, **kwargs):
+    if status == "idle":
+        kernel._publish_status = publish
+        time.sleep(SECONDS)
+    return publish(status, *args, **kwargs)
+kernel._publish_status = late_idle
+"""
+
+
+def test_a_run_paused_between_a_cell_s_reply_and_its_last_output_is_not_a_timeout(tmp_path):
+    job, outcome = _run(tmp_path, _IDLE_LATE.replace("SECONDS", "6"), "print('after')", cell_timeout=30)
+    assert outcome.status == results.OK, outcome.message
+    executed = nbformat.read(str(job.executed_path), as_version=4)
+    assert executed.cells[-1].outputs[0]["text"].strip() == "after"
+
+
+def test_a_cell_whose_last_output_never_comes_is_a_timeout(tmp_path):
+    _, outcome = _run(tmp_path, _IDLE_LATE.replace("SECONDS", "600"), "print('after')", cell_timeout=4,
+                      notebook_timeout=60)
+    assert outcome.status == results.TIMEOUT and "cell" in outcome.message
+
+
 def test_a_notebook_over_its_limit_is_killed(tmp_path):
     _, outcome = _run(tmp_path, "import time\ntime.sleep(60)", cell_timeout=100, notebook_timeout=8)
     assert outcome.status == results.TIMEOUT and "notebook" in outcome.message
