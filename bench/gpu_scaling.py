@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -187,6 +188,12 @@ def report_lines(sets: list[str], runs: dict[str, dict[str, Any]], compared: dic
                      + json.dumps((data["schedule"] or {}).get("limits")))
         if exclusive:
             lines.append(f"  GPU held alone per notebook: mean {exclusive.mean:.1f} s, max {exclusive.max:.1f} s")
+        in_hold = [(r.timings["in_hold"], r.timings["gpu_exclusive"], r.timings.get("drain", 0.0))
+                   for r in data["records"] if "in_hold" in r.timings and "gpu_exclusive" in r.timings]
+        if in_hold:
+            own, held, drained = (statistics.fmean(column) for column in zip(*in_hold, strict=True))
+            lines.append(f"  judges' holds: mean {held:.1f} s, of which draining {drained:.1f} s and the judge's own "
+                         f"work {own:.1f} s")
         for u in data["utilisation"]:
             lines.append(f"  GPU {u.gpu}: mean utilisation {u.mean_percent:.0f}%, busy in {u.busy_share:.0%} of "
                          f"{u.samples} samples")
@@ -195,6 +202,10 @@ def report_lines(sets: list[str], runs: dict[str, dict[str, Any]], compared: dic
         cpu = data.get("cpu")
         lines.append(f"  host CPUs: mean {cpu.mean_busy:.0%} busy, at least {SATURATED:.0%} busy in "
                      f"{cpu.saturated_share:.0%} of {cpu.samples} samples" if cpu else "  host CPUs: not sampled")
+        grader_cpu = (data["schedule"] or {}).get("grader_cpu_seconds")
+        if grader_cpu is not None and data["wall_seconds"]:
+            lines.append(f"  the grader's own process: {grader_cpu:.0f} CPU s over {data['wall_seconds']:.0f} s "
+                         f"({grader_cpu / data['wall_seconds']:.2f} cores)")
         lines.extend(tp.timeline_lines(tp.gpu_timelines(data["schedule"]), tp.gpu_periods(data["schedule"])))
     for gpus, c in compared.items():
         lines.append(f"--gpus {gpus} against --gpus {sets[0]}:")

@@ -537,6 +537,8 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
                                 "compiled": sum(len(k.compiled_here) for k in loads)}
     stream = torch.cuda.Stream()
     with WATCH.alone(), torch.cuda.stream(stream):
+        # The judge's own seconds with the GPU alone: the grader's hold less this is its pausing and draining.
+        alone_began = time.perf_counter()
         for spec_job in job["kernels"]:
             spec = specs.get(spec_job["spec"])
             try:
@@ -552,6 +554,7 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
             finished(spec.id, kernel)
             if (kernel.get("bench") or {}).get("broken") and job.get("checkpoints") and spec_job != job["kernels"][-1]:
                 raise StartAgain(spec.id)
+        verdict["seconds"]["in_hold"] = time.perf_counter() - alone_began
     verdict["seconds"]["judge"] = time.perf_counter() - started
     return verdict
 
@@ -639,8 +642,11 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
         reference_plan = (reference_calls.get(key) or {}).get("plan") if isinstance(reference_calls, dict) else None
         if reference_kernels is None:
             reference_plan = None
-        timed = _time_row(spec, shape, plan if passed else None, kernels, reference_plan, reference_kernels, seed,
-                          replay_limit(job, spec, shape))
+        timing_began = time.perf_counter()
+        timed, rounds = _time_row(spec, shape, plan if passed else None, kernels, reference_plan, reference_kernels,
+                                  seed, replay_limit(job, spec, shape))
+        # Rounds end once every spread is small (after 1 s) or at 6 s: a noisy GPU or host shows as long timings.
+        row["timing"] = {"seconds": round(time.perf_counter() - timing_began, 3), "rounds": rounds}
         row["student_ms"], row["error"] = timed["student"] if passed else (None, f"not timed: {message}")
         row["baseline_ms"] = timed["library"][0]
         if reference_plan is not None:
@@ -651,8 +657,9 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
 
 
 def _time_row(spec: Any, shape: tuple[int, ...], plan: Any, kernels: Any, reference_plan: Any, reference_kernels: Any,
-              seed: int, limit: float | None) -> dict[str, tuple[float | None, str | None]]:
+              seed: int, limit: float | None) -> tuple[dict[str, tuple[float | None, str | None]], int]:
     """Median ms (or why not) of the student's plan, the reference solution's plan and the library at ``shape``,
+    and the rounds the library was timed in,
     timed in the same rounds (``course.bench.time_interleaved``): a drift of the GPU's clocks within the hold
     moves all three alike, so their ratios hold. A plan of None is not timed. Every call gets fresh inputs, and
     each plan's outputs are spot-checked.
@@ -690,7 +697,7 @@ def _time_row(spec: Any, shape: tuple[int, ...], plan: Any, kernels: Any, refere
             timed[name] = None, failures[name][0]
         else:
             timed[name] = timing.median_ms, None
-    return timed
+    return timed, timings[-1].repeats
 
 
 def _plan_entry(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...], seed: int, limit: float | None,

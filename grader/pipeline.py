@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import secrets
 import shutil
 import sys
@@ -856,8 +857,10 @@ def timeline(scheduler: Scheduler, gate: GpuGate | None, began: float) -> dict[s
 def _write_schedule(out: Path, settings: Settings, limits: Limits, began: float, graded: int,
                     ran: dict[str, list[dict[str, Any]]]) -> None:
     """OUT/schedule.json: how this batch was graded, how long it took and its timeline (``bench/`` reads it)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)  # this process's threads, not its children
     results.write_json_atomic(out / "schedule.json", {
         "schedule": settings.schedule, "device": settings.device_name, "wall_seconds": time.monotonic() - began,
+        "grader_cpu_seconds": used.ru_utime + used.ru_stime,
         "notebooks": graded, "limits": limits.describe(), "cpus_per_run": settings.cpus_per_run, "timeline": ran})
 
 

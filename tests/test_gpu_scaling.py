@@ -162,3 +162,17 @@ def test_keep_references_reuses_an_earlier_calls_references_and_grades_none(tmp_
     (tmp_path / "references" / "reference").mkdir(parents=True)
     assert script.grade_references(tmp_path, batch, args) == tmp_path / "references"
     assert len(graded) == 1
+
+
+def test_the_judges_own_work_in_their_holds_and_the_graders_cpu_time_are_reported(tmp_path, capsys):
+    out = tmp_path / script.run_name("0")
+    for student, own in (("fast_correct-c1", 3.0), ("slow_correct-c1", 5.0)):
+        write_result(out, student, scores={"test_a": 2.0}, perf_rows=[row(900.0, 1000.0, 900.0)],
+                     timings={"notebook": 20.0, "gpu_exclusive": 6.0, "drain": 0.5, "in_hold": own})
+    (tmp_path / "gpus-0.json").write_text(json.dumps({"command": [], "returncode": 0, "wall_seconds": 103}))
+    (out / "schedule.json").write_text(json.dumps({"schedule": "pipeline", "wall_seconds": 100.0,
+                                                   "grader_cpu_seconds": 150.0, "limits": {"gpus": ["0"]}}))
+    assert script.main(["--reuse", "--work", str(tmp_path), "--notebooks", tp.W1D7, "--gpu-sets", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "judges' holds: mean 6.0 s, of which draining 0.5 s and the judge's own work 4.0 s" in printed
+    assert "the grader's own process: 150 CPU s over 100 s (1.50 cores)" in printed

@@ -234,8 +234,9 @@ def test_the_student_the_reference_and_the_library_are_timed_in_the_same_rounds(
 
     monkeypatch.setattr(bench, "time_interleaved", interleaved)
     spec = dataclasses.replace(spec, spot_error=lambda inputs, out: 1.0, make_inputs=lambda shape, seed, on: ())
-    timed = judge._time_row(spec, (64, 64, 64), "student plan", None, "reference plan", None, 5, None)
+    timed, rounds = judge._time_row(spec, (64, 64, 64), "student plan", None, "reference plan", None, 5, None)
     assert asked == [(3, (replay.Unreplayable, ValueError))]  # one timing of all three
+    assert rounds == 2  # the library's timed calls
     assert timed["student"] == (None, "timed call 0 returned a wrong result (relative error 1.00e+00)")
     assert timed["reference"] == (None, "not timed: no room")
     assert timed["library"] == (2.0, None)
@@ -248,7 +249,7 @@ def test_without_a_reference_plan_the_student_is_timed_beside_the_library_alone(
     spec = specs.get("w1d7.matmul_fp32")
     monkeypatch.setattr(bench, "time_interleaved", lambda entries, **_: [bench.Timing([0.5] * len(entries))] *
                         len(entries))
-    timed = judge._time_row(spec, (64, 64, 64), "student plan", None, None, None, 5, None)
+    timed, _ = judge._time_row(spec, (64, 64, 64), "student plan", None, None, None, 5, None)
     assert set(timed) == {"student", "library"} and timed["student"] == (0.5, None)
 
 
