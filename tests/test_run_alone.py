@@ -6,6 +6,7 @@ every few milliseconds; the asking one holds its GPU alone through the recorder'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -197,3 +198,26 @@ def test_only_the_configurations_near_the_best_are_benchmarked_again_and_the_ful
     assert wide.configs == ["a", "b", "c", "d"]
     with alone.choosing_again([clear], within=0.25) as retuned:
         assert retuned is False
+
+
+@pytest.mark.parametrize("held", [False, True])
+def test_the_warm_up_s_choice_stands_unless_the_gpu_is_held_for_a_new_one(monkeypatch, held):
+    # Serial grading has no channel, and a run past its time alone is refused: forgetting the choice there made the
+    # recorded call autotune (hundreds of launches: not replayable, no speed marks; seen on an H100, RESULTS.md).
+    from course.recorder import export
+
+    tuner = _fake_tuner({"a": 1.0, "b": 1.1})
+    calls = []
+
+    @contextlib.contextmanager
+    def given():
+        yield held
+
+    monkeypatch.setattr(alone, "gpu_alone", given)
+    monkeypatch.setattr(export.torch.cuda, "synchronize", lambda: None)
+    export._autotune_alone(lambda: calls.append((list(tuner.configs), dict(tuner.cache))), (), [tuner])
+    if held:
+        assert calls == [(["a", "b"], {})]  # chose again among the near-best, its old choice forgotten
+    else:
+        assert calls == [] and tuner.cache == {("k",): "x"} and tuner.cache_results is True
+    assert tuner.configs == ["a", "b"]
