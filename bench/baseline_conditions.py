@@ -95,9 +95,10 @@ def drained() -> None:
     sys.path.insert(0, str(REPO))
     from grader import gpu_idle
 
-    quiet = 0
+    probe, quiet = gpu_idle.IdleProbe(), 0
+    probe.start("0")
     while quiet < 2:
-        quiet = quiet + 1 if gpu_idle.idle("0") is not False else 0
+        quiet = quiet + 1 if probe("0") is not False else 0
         time.sleep(0.05)
 
 

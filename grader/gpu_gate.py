@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 
 import psutil
 
-IdleProbe = Callable[[str], bool | None]  # GPU index -> idle now? (None: cannot tell)
+# GPU index -> idle now? (None: cannot tell). A probe with a ``start(gpu)`` method is told when the GPU's other users
+# are frozen, so that it can count only what ran after that (grader.gpu_idle.IdleProbe).
+IdleProbe = Callable[[str], bool | None]
 DRAIN_POLL_SECONDS = 0.05
 DRAIN_LIMIT_SECONDS = 30.0
 SETTLE_SECONDS = 0.25  # without a probe: the wait that lets in-flight work of frozen runs end
@@ -183,6 +185,9 @@ class GpuGate:
             time.sleep(SETTLE_SECONDS)
             return "no GPU utilisation probe: waited a fixed moment for queued work"
         deadline, idle_in_a_row = time.monotonic() + self._drain_limit, 0
+        start = getattr(self._idle, "start", None)
+        if start is not None:
+            start(gpu)
         while time.monotonic() < deadline:
             idle = self._idle(gpu)
             if idle is None:

@@ -767,7 +767,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             progress(done, len(todo), result)
 
     began = time.monotonic()
-    gate = GpuGate(gpu_idle.idle) if settings.device == "gpu" and settings.schedule == "pipeline" else None
+    gate = GpuGate(gpu_idle.IdleProbe()) if settings.device == "gpu" and settings.schedule == "pipeline" else None
     tasks: dict[str, tuple[Submission, Task, list[str]]] = {}
     with plots_ahead, Scheduler(limits, GradingStages(), gate,
                                 one_at_a_time=settings.schedule == "serial") as scheduler:

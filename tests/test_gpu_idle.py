@@ -1,0 +1,62 @@
+"""The gate's idle probe: only a utilisation sample taken after the other users were frozen says the GPU is idle."""
+
+import pytest
+
+from grader import gpu_idle
+from grader.gpu_gate import GpuGate
+
+
+class FakeNvml:
+    """Utilisation samples (timestamp, percent) the driver has taken so far, and the last period's rate."""
+
+    def __init__(self, samples, rate_idle=True):
+        self.samples, self.rate_idle = list(samples), rate_idle
+
+    def read(self, gpu, newer_than):
+        return None if self.samples is None else [s for s in self.samples if s[0] > newer_than]
+
+
+@pytest.fixture
+def nvml(monkeypatch):
+    fake = FakeNvml([(100, 40.0), (200, 0.0)])
+    monkeypatch.setattr(gpu_idle, "_samples", fake.read)
+    monkeypatch.setattr(gpu_idle, "_rate_idle", lambda gpu: fake.rate_idle)
+    return fake
+
+
+def test_a_zero_sample_from_before_the_freeze_does_not_count(nvml):
+    probe = gpu_idle.IdleProbe()
+    probe.start("0")  # the newest sample (200, 0%) ended before the freeze: work queued since is not in it
+    assert probe("0") is False
+    nvml.samples.append((300, 35.0))  # the frozen runs' queued work still ran
+    assert probe("0") is False
+    nvml.samples.append((400, 0.0))
+    assert probe("0") is True
+
+
+def test_without_samples_the_last_period_s_rate_is_all_there_is(nvml):
+    nvml.samples = None
+    probe = gpu_idle.IdleProbe()
+    probe.start("0")
+    assert probe("0") is True
+    nvml.rate_idle = None
+    assert probe("0") is None
+
+
+def test_the_gate_starts_the_probe_after_freezing_and_waits_for_a_later_idle_sample(nvml):
+    class Counting(gpu_idle.IdleProbe):
+        def __call__(self, gpu):
+            nvml.samples.append((nvml.samples[-1][0] + 100, 0.0 if len(nvml.samples) > 3 else 50.0))
+            return super().__call__(gpu)
+
+    with GpuGate(Counting()).exclusive("0") as hold:
+        assert hold.drain_note == ""
+    assert [value for _, value in nvml.samples] == [40.0, 0.0, 50.0, 50.0, 0.0, 0.0]  # two idle samples in a row
+
+
+def test_a_driver_that_takes_no_new_sample_falls_back_to_the_last_period_s_rate(nvml):
+    probe = gpu_idle.IdleProbe(sample_wait=0.0)
+    probe.start("0")
+    assert probe("0") is True  # no sample since the freeze, and none coming: the rate says idle
+    nvml.rate_idle = False
+    assert probe("0") is False
