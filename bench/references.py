@@ -125,12 +125,24 @@ def graded_at(out: Path) -> datetime:
     return datetime.fromtimestamp(max(stamps), UTC) if stamps else datetime.now(UTC)
 
 
+def checkout_commit() -> str | None:
+    """This checkout's commit, with "+changes" when its tracked files differ from it (the numbers then come from a
+    tree no commit holds); None outside a git checkout."""
+    def git(*args: str) -> str | None:
+        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    if not commit:
+        return None
+    return commit + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def report(rows: list[Row], device_name: str, copy_gbps: float | None, command: list[str],
            when: datetime, tabulated_from: Path | None = None) -> dict[str, Any]:
     """``tabulated_from``: the OUT graded earlier (``--from``), whose grading commit this checkout cannot know."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return {"date": when.strftime("%Y-%m-%d %H:%M UTC"), "gpu": device_name, "copy_gbps": copy_gbps,
-            "commit": commit.stdout.strip() or None, "command": command,
+            "commit": checkout_commit(), "command": command,
             "from": str(tabulated_from) if tabulated_from is not None else None, "rows": [asdict(r) for r in rows]}
 
 

@@ -41,3 +41,22 @@ def test_each_benchmark_shape_gets_the_references_rate_the_librarys_and_the_ceil
 def test_without_a_gpu_nothing_is_measured_and_it_says_so(capsys):
     assert script.main([]) == 0
     assert "this machine has none: nothing measured" in capsys.readouterr().out
+
+
+def test_the_commit_says_when_the_tree_differs_from_it(tmp_path, monkeypatch):
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "f.txt").write_text("one")
+    subprocess.run(["git", "add", "f.txt"], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "one"], cwd=repo, check=True)
+    monkeypatch.setattr(script, "REPO", repo)
+    clean = script.checkout_commit()
+    assert clean and not clean.endswith("+changes")
+    (repo / "f.txt").write_text("two")
+    assert script.checkout_commit() == clean + "+changes"
+    monkeypatch.setattr(script, "REPO", tmp_path)  # not a checkout
+    assert script.checkout_commit() is None
