@@ -3,6 +3,7 @@ pipeline, which needs bubblewrap: without either they are skipped and counted al
 
 from __future__ import annotations
 
+import inspect
 import os
 import tempfile
 
@@ -15,6 +16,32 @@ course.device.configure()  # before any test module defines a Triton kernel
 # New gradebooks are copied from one made earlier (grader.gradebook.register): within this process and the graders
 # it starts, never from an earlier session's cache.
 os.environ["GRADER_CACHE"] = tempfile.mkdtemp(prefix="grader-cache-")
+
+
+
+def _language_namespaces() -> list[object]:
+    import triton.language as tl
+
+    return [tl, tl.core, tl.math, tl.core.tensor, tl.core.tensor_descriptor_base]
+
+
+# Triton 3.6's interpreter patches triton.language's builtins when an interpreted kernel calls a @triton.jit helper,
+# and never puts them back (InterpretedFunction.__call__): a real compile later in the same process then fails
+# ("'ir.value' object has no attribute 'dtype'"). The grader builds in fresh processes; a test process must undo it.
+_LANGUAGE_AS_IMPORTED = [(namespace, dict(vars(namespace))) for namespace in _language_namespaces()]
+
+
+@pytest.fixture(autouse=True)
+def _triton_language_as_imported():
+    yield
+    for namespace, names in _LANGUAGE_AS_IMPORTED:
+        current = vars(namespace)
+        for name in [n for n, value in current.items() if n not in names and not inspect.ismodule(value)]:
+            delattr(namespace, name)  # a submodule imported since stays: sys.modules would not bind it again
+        for name, value in names.items():
+            if current.get(name, value) is not value or name not in current:
+                setattr(namespace, name, value)
+
 
 HAS_GPU = torch.cuda.is_available()
 NO_GPU = "needs a CUDA GPU: NOT RUN, not counted as passed"
