@@ -659,10 +659,9 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
 def _time_row(spec: Any, shape: tuple[int, ...], plan: Any, kernels: Any, reference_plan: Any, reference_kernels: Any,
               seed: int, limit: float | None) -> tuple[dict[str, tuple[float | None, str | None]], int]:
     """Median ms (or why not) of the student's plan, the reference solution's plan and the library at ``shape``,
-    and the rounds the library was timed in,
-    timed in the same rounds (``course.bench.time_interleaved``): a drift of the GPU's clocks within the hold
-    moves all three alike, so their ratios hold. A plan of None is not timed. Every call gets fresh inputs, and
-    each plan's outputs are spot-checked.
+    timed in the same rounds (``course.bench.time_interleaved``), and how many rounds there were: a drift of the
+    GPU's clocks within the hold moves all three alike, so their ratios hold. A plan of None is not timed. Every
+    call gets fresh inputs, and each plan's outputs are spot-checked.
 
     ``limit``: the seconds each plan's call (with its check) may take before the watchdog stops the judge.
     """
