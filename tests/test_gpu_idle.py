@@ -60,3 +60,22 @@ def test_a_driver_that_takes_no_new_sample_falls_back_to_the_last_period_s_rate(
     assert probe("0") is True  # no sample since the freeze, and none coming: the rate says idle
     nvml.rate_idle = False
     assert probe("0") is False
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_the_probe_sees_work_queued_before_the_start_and_then_its_end():
+    import time
+
+    import torch
+
+    assert gpu_idle._samples("0", 0) is not None, "this driver keeps no utilisation samples"
+    torch.cuda._sleep(4_000_000_000)  # one kernel spinning for about 2 s, queued and not waited for
+    probe = gpu_idle.IdleProbe()
+    probe.start("0")
+    time.sleep(0.5)
+    assert probe("0") is False
+    torch.cuda.synchronize()
+    deadline = time.monotonic() + 3.0
+    while not probe("0"):
+        assert time.monotonic() < deadline, "the probe never saw the GPU idle after its only kernel ended"
+        time.sleep(0.05)
