@@ -78,11 +78,11 @@ def _call_host(fn: Any, inputs: tuple[Any, ...], arrays: Path, name: str) -> dic
 
 
 def _autotune_alone(fn: Callable[..., Any], inputs: tuple[Any, ...], tuners: list[Any]) -> None:
-    """Have the autotuners choose again among their near-best configurations with the GPU held alone (where the
+    """Have the autotuners choose again among their fastest configurations with the GPU held alone (where the
     grader shares it among runs): the choice made while other runs used the GPU is what the judge replays and
     times, and beside them it may not be the fastest configuration. Where the GPU is not given (one run at a time,
     or the run's time alone is spent) the warm-up's choice stands: forgotten, the recorded call would autotune."""
-    if not any(len(alone.near_best(tuner)) > 1 for tuner in tuners):
+    if not any(len(alone.candidates(tuner)) > 1 for tuner in tuners):
         return
     with alone.gpu_alone() as held:
         if not held:
