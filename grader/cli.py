@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import faulthandler
 import json
 import secrets
 import shutil
 import signal
 import sys
+import threading
 import time
+import traceback
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from grader import GRADER_VERSION, release, term
 from grader.results import GRADER_ERROR, MISSING, ItemResult, NotebookResult
@@ -659,14 +661,23 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+def print_stacks(signum: int, frame: Any) -> None:
+    """``kill -USR1 <pid>``: every thread's stack to stderr, where a grading run that stopped moving waits. In
+    Python, with the GIL held, not through faulthandler, whose dump reads running threads' frames without it: on a
+    GPU host it crashed a grader it was asked about (SIGSEGV, bench/RESULTS.md, session 11)."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    for ident, top in sys._current_frames().items():
+        stack = "".join(traceback.format_stack(top))
+        print(f"Thread {names.get(ident, ident)} (most recent call last):\n{stack}", file=sys.__stderr__, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     from grader.gradebook import GradebookMismatch
     from grader.pipeline import SandboxUnavailable, UnknownGpu
 
     args = parser().parse_args(argv)
-    # `kill -USR1 <pid>` prints every thread's stack to stderr: where a grading run that stopped moving waits.
-    with contextlib.suppress(AttributeError, ValueError, OSError):  # a stderr with no file (tests capture it)
-        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)
+    with contextlib.suppress(ValueError):  # not the main thread (a test calling main): no handler
+        signal.signal(signal.SIGUSR1, print_stacks)
     try:
         return args.run(args)
     except (GradebookMismatch, SandboxUnavailable, UnknownGpu) as error:
