@@ -18,7 +18,6 @@ course.device.configure()  # before any test module defines a Triton kernel
 os.environ["GRADER_CACHE"] = tempfile.mkdtemp(prefix="grader-cache-")
 
 
-
 def _language_namespaces() -> list[object]:
     import triton.language as tl
 

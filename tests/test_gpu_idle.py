@@ -1,5 +1,7 @@
 """The gate's idle probe: only a utilisation sample taken after the other users were frozen says the GPU is idle."""
 
+import time
+
 import pytest
 
 from grader import gpu_idle
@@ -64,8 +66,6 @@ def test_a_driver_that_takes_no_new_sample_falls_back_to_the_last_period_s_rate(
 
 @pytest.mark.gpu
 def test_on_a_real_gpu_the_probe_sees_work_queued_before_the_start_and_then_its_end():
-    import time
-
     import torch
 
     assert gpu_idle._samples("0", 0) is not None, "this driver keeps no utilisation samples"

@@ -93,8 +93,8 @@ def candidates(tuner: Any, most: int | None = None) -> list[Any]:
 @contextlib.contextmanager
 def choosing_again(tuners: list[Any], most: int | None = None) -> Iterator[bool]:
     """Inside the block, each autotuner whose last benchmark timed more than one configuration chooses again among
-    its ``candidates`` at its next call; yields whether any will. Their full lists come back
-    after the block (the choice stays in each one's cache)."""
+    its ``candidates`` at its next call; yields whether any will. Their full lists come back after the block (the
+    choice stays in each one's cache)."""
     saved = [(tuner, tuner.configs) for tuner in tuners]
     retuned = False
     for tuner in tuners:
