@@ -117,6 +117,7 @@ class NotebookView:
     items: list[ItemRate]
     pending_points: float  # the notebook's points not decided yet (per student, the most seen)
     plot: str = ""  # pass rates, base64 PNG
+    nobody_submitted: bool = False  # every student's is missing: no plot of all-zero rates
 
     @property
     def median(self) -> float | None:
@@ -310,8 +311,9 @@ def build(all_results: list[NotebookResult], link: Callable[[NotebookResult], st
             pending, pending_total = max(pending, waiting), pending_total + waiting
             fractions.append(sum(i.score or 0.0 for i in items) / total if total else 0.0)
         rates = _item_rates(mine)
+        nobody = all(r.status == results.MISSING for r in mine)
         notebooks.append(NotebookView(key, len(mine), maximum, fractions, rates, pending,
-                                      _pass_rate_plot(key, rates)))
+                                      "" if nobody else _pass_rate_plot(key, rates), nobody))
     score_plot = ""
     if notebooks:
         score_plot = png(score_distribution({n.key: n.fractions for n in notebooks},

@@ -9,6 +9,8 @@ regenerate the student notebooks and compare them with the committed ones.
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import re
 import textwrap
 from pathlib import Path
@@ -98,10 +100,19 @@ def read(path: Path) -> NotebookNode:
 
 
 def master_version(notebook: CourseNotebook) -> NotebookNode:
-    """The instructor's master copy: stubs in the solution regions, hidden tests kept."""
+    """The instructor's master copy: stubs in the solution regions, hidden tests kept.
+
+    A grader asks for each notebook's copy several times (the gradebook, the sanitizer, the tables): it is made
+    once per version of the solution file. nbgrader's metadata check runs on the student's copy, made from this.
+    """
+    stat = notebook.solution_path.stat()
+    return copy.deepcopy(_master_copy(notebook, stat.st_mtime_ns, stat.st_size))
+
+
+@functools.lru_cache(maxsize=64)
+def _master_copy(notebook: CourseNotebook, mtime_ns: int, size: int) -> NotebookNode:
     nb = read(notebook.solution_path)
-    return _apply([LockCells(), ClearSolutionsAndAnswers(), ClearOutput(), CheckCellMetadata(), ComputeChecksums()],
-                  nb, notebook)
+    return _apply([LockCells(), ClearSolutionsAndAnswers(), ClearOutput(), ComputeChecksums()], nb, notebook)
 
 
 def hidden_test_notes(nb: NotebookNode) -> dict[str, str]:
