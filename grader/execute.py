@@ -276,9 +276,6 @@ def run_job(job: Job) -> Outcome:
             # between them. A run paused by the GPU gate (while a judge holds its GPU) can sit in that gap for
             # longer: only the cell's own limit bounds the wait.
             iopub_timeout=math.ceil(job.cell_timeout),
-            # Every cell has replied by then: a graceful shutdown would only add the kernel's own exit (1 to 2 s of
-            # each run) and let code the notebook registered run after its last cell.
-            shutdown_kernel="immediate",
         )
         write_ipynb(nb, output)
         failure = _cuda_failure(nb)

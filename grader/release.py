@@ -103,14 +103,17 @@ def master_version(notebook: CourseNotebook) -> NotebookNode:
     """The instructor's master copy: stubs in the solution regions, hidden tests kept.
 
     A grader asks for each notebook's copy several times (the gradebook, the sanitizer, the tables): it is made
-    once per version of the solution file. nbgrader's metadata check runs on the student's copy, made from this.
+    once per version of the solution file and of the quiz answers whose stub lines it writes. nbgrader's metadata
+    check runs on the student's copy, made from this.
     """
     stat = notebook.solution_path.stat()
-    return copy.deepcopy(_master_copy(notebook, stat.st_mtime_ns, stat.st_size))
+    quiz = answers.QUIZZES.get(notebook.key, ())
+    return copy.deepcopy(_master_copy(notebook, stat.st_mtime_ns, stat.st_size,
+                                      tuple(answers.ANSWERS.get(answer.name) for answer in quiz)))
 
 
 @functools.lru_cache(maxsize=64)
-def _master_copy(notebook: CourseNotebook, mtime_ns: int, size: int) -> NotebookNode:
+def _master_copy(notebook: CourseNotebook, mtime_ns: int, size: int, quiz: tuple[Any, ...]) -> NotebookNode:
     nb = read(notebook.solution_path)
     return _apply([LockCells(), ClearSolutionsAndAnswers(), ClearOutput(), ComputeChecksums()], nb, notebook)
 

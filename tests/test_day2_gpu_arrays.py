@@ -67,10 +67,10 @@ def test_no_constant_can_pass_a_whole_set(shape_set):
 
 def test_cpu_shapes_are_long_enough_for_a_simulated_device():
     sets = (SPEC.visible_shapes.cpu, SPEC.hidden_shapes.cpu)
-    assert min(s[0] for shapes in sets for s in shapes) >= 25
+    assert min(s[0] for shapes in sets for s in shapes) >= 50
     import random
 
-    assert min(s[0] for s in SPEC.draw_hidden(random.Random(3), False)) >= 25
+    assert min(s[0] for s in SPEC.draw_hidden(random.Random(3), False)) >= 50
 
 
 def test_make_inputs_queues_earlier_work_and_the_reference_waits_for_it():

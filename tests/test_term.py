@@ -160,9 +160,12 @@ def _penalties(out: Path) -> dict[str, float]:
 def test_per_day_penalties_reach_the_gradebook_the_csvs_and_the_pages(graded):
     out = _apply(graded, PER_DAY)
     students = _rows(out / "students.csv")
-    raw = float(students["early"]["earned"])
-    assert raw > 0 and all(float(row["earned"]) == raw for row in students.values())
-    expected = {"early": 0.0, "late": 0.2 * raw, "extended": 0.0, "very_late": raw}
+    # Each student's own points before the penalty: Day 1's timer items are timed on this machine's CPU, which
+    # other tests may load, so two copies of one notebook need not earn the same.
+    earned = {student: float(students[student]["earned"]) for student in TIMES}
+    assert all(points > 0 for points in earned.values()), earned
+    raw = earned["late"]
+    expected = {"early": 0.0, "late": 0.2 * raw, "extended": 0.0, "very_late": earned["very_late"]}
     assert _penalties(out) == pytest.approx(expected)
     with Gradebook(f"sqlite:///{out / 'gradebook.db'}") as gb:
         assert gb.find_assignment("week1").duedate == DUE.replace(tzinfo=None)
@@ -170,7 +173,7 @@ def test_per_day_penalties_reach_the_gradebook_the_csvs_and_the_pages(graded):
         assert gb.find_submission("week1", "late").timestamp == TIMES["late"][1].replace(tzinfo=None)
     for student, penalty in expected.items():
         assert float(students[student]["late_penalty"]) == pytest.approx(penalty)
-        assert float(students[student]["final"]) == pytest.approx(raw - penalty)
+        assert float(students[student]["final"]) == pytest.approx(earned[student] - penalty)
     wide, canvas = _rows(out / "grades-wide.csv"), _rows(out / "upload" / "canvas-grades.csv")
     assert float(wide["late"]["late_penalty"]) == pytest.approx(0.2 * raw)
     assert float(wide["late"]["week1/day1_host_baseline"]) == pytest.approx(0.8 * raw)
@@ -204,8 +207,8 @@ def test_per_day_penalties_reach_the_gradebook_the_csvs_and_the_pages(graded):
 @pytest.mark.slow
 def test_the_zero_and_none_policies_and_no_due_date(graded):
     out = _apply(graded, BASE + "[late]\npolicy = \"zero\"\n")
-    raw = float(_rows(out / "students.csv")["early"]["earned"])
-    assert _penalties(out) == {"early": 0.0, "late": raw, "extended": 0.0, "very_late": raw}
+    earned = {student: float(row["earned"]) for student, row in _rows(out / "students.csv").items()}
+    assert _penalties(out) == {"early": 0.0, "late": earned["late"], "extended": 0.0, "very_late": earned["very_late"]}
     out = _apply(graded, BASE + "[late]\npolicy = \"none\"\n")
     assert set(_penalties(out).values()) == {0.0}
     assert {r["student"]: r["late_status"] for r in csv.DictReader((out / "grades.csv").open())
