@@ -91,7 +91,7 @@ def kernelspec_dir(root: Path) -> Path:
     spec_dir = root / "kernels" / KERNEL_NAME
     spec_dir.mkdir(parents=True, exist_ok=True)
     spec = {
-        "argv": [sys.executable, "-P", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-P", "-m", "grader.kernel_main", "-f", "{connection_file}"],
         "display_name": "GPU kernels course",
         "language": "python",
     }
