@@ -43,13 +43,15 @@ SPEC = register(
             cpu=(),
         ),
         thresholds=(
-            # Measured on an H100 (bench/RESULTS.md): the padded reference reached 0.835 of torch's copy
-            # (geometric mean; 0.88-0.90 on the aligned shapes, 0.68 on 3001 x 5003) and the conflicted
-            # kernel 0.51 (ncu: 16.6 M shared-load bank conflicts at 4096^2 against 55 k padded). Full
-            # points at 0.75 leave room for drift; the conflicted kernel earns nothing here.
+            # Measured on an H100 (bench/RESULTS.md): a padded kernel with the given kernel's loops reached 0.84
+            # of torch's copy (geometric mean; 0.90-0.91 on the aligned shapes, 0.68 on 3001 x 5003), the
+            # reference (the same with loops of a constant count, session 12) 0.87, and the conflicted kernel
+            # 0.51 (ncu: 16.6 M shared-load bank conflicts at 4096^2 against 55 k padded). Full points at 0.75
+            # leave room for drift; the conflicted kernel earns nothing here.
             vs_library("vs_copy", "torch's copy", 2.0, ((0.60, 0.25), (0.66, 0.5), (0.71, 0.75), (0.75, 1.0)),
                        "fp32, exact (a copy) against torch copying the same matrix", unit="GB/s"),
-            # The conflicted kernel measured 0.62 of the padded one (geometric mean, H100): it earns nothing.
+            # The conflicted kernel measured 0.62 of the padded one (geometric mean, H100): it earns nothing. A
+            # padded kernel with the given loops reached 0.96 of the reference with constant-count loops (H100).
             vs_reference(2.0, ((0.70, 0.25), (0.80, 0.5), (0.86, 0.75), (0.92, 1.0)),
                          "fp32, exact, against the course's padded kernel", unit="GB/s"),
         ),
