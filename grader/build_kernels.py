@@ -299,7 +299,7 @@ def specialisation(launch: dict[str, Any], kernel: Any) -> tuple[dict[str, str],
     """A recorded launch's (signature, constexprs, attrs, options), checked to be plain data the compiler only
     reads; raises ValueError with what is wrong."""
     from course.recorder import descriptors
-    from course.recorder.plan import COMPILE_OPTIONS, decode_value
+    from course.recorder.plan_format import COMPILE_OPTIONS, decode_value
 
     signature = launch.get("signature")
     if not isinstance(signature, dict) or list(signature) != list(kernel.arg_names):
@@ -338,7 +338,7 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
     from triton.compiler import ASTSource
 
     from course.compiler import compile_triton
-    from course.recorder.plan import ttgir_digest
+    from course.recorder.plan_format import ttgir_digest
 
     out = Path(request["out"])
     out.mkdir(parents=True, exist_ok=True)

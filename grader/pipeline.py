@@ -42,7 +42,7 @@ from nbgrader.api import Gradebook
 from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
-from course.recorder.plan import NOMINAL_TARGET
+from course.recorder.plan_format import NOMINAL_TARGET
 from grader import GRADER_VERSION, gpu_idle, gpu_nodes, gradebook, judge, results, sandbox, score, term, watchdog
 from grader.compile_ttgir import compile_built
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from course import cuda
-from course.recorder.plan import PLAN_VERSIONS, decode_value, describe_inputs, ttgir_digest
+from course.recorder.plan import describe_inputs
+from course.recorder.plan_format import PLAN_VERSIONS, decode_value, ttgir_digest
 from grader import build_cuda, compile_ttgir, tma_replay
 from grader.build_kernels import launch_key
 

@@ -75,7 +75,7 @@ def _descriptor(buffers: dict[str, torch.Tensor], kind: str, entry: Any) -> list
 
 def _constexprs(launch: dict[str, Any], names: list[str], signature: dict[str, Any]) -> dict[str, Any]:
     """The recorded value of each parameter the signature calls constexpr (each exactly once), by name."""
-    from course.recorder.plan import decode_value
+    from course.recorder.plan_format import decode_value
 
     recorded = launch.get("constexprs")
     wanted = {i for i, name in enumerate(names) if signature[name] == "constexpr"}

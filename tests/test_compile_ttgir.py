@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from triton.backends.compiler import GPUTarget
 
-from course.recorder.plan import ttgir_digest
+from course.recorder.plan_format import ttgir_digest
 from grader import build_kernels, compile_ttgir, replay, results
 from grader.layout import REPO, SOLUTIONS
 

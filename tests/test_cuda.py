@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from course import cuda
-from course.recorder import plan
+from course.recorder import plan, plan_format
 from grader import build_cuda, build_kernels
 from tests.conftest import HAS_GPU
 
@@ -315,7 +315,7 @@ def test_a_recorded_cuda_plan_replays_from_the_built_module_on_fresh_inputs(tmp_
     cell = _module(tmp_path, CELL, "gpu_cuda_replay_cell")
     x = torch.randn(1000, device="cuda")
     _, recorded = plan.record_call(cell.scale, (x,))
-    assert recorded["problems"] == [] and recorded["version"] == plan.PLAN_VERSION
+    assert recorded["problems"] == [] and recorded["version"] == plan_format.PLAN_VERSION
     [launch] = recorded["launches"]
     assert launch["cuda"]["source_sha256"] == cuda.source_digest(SCALE_SOURCE) and launch["block"] == [128, 1, 1]
     assert [a.get("pointer", {}).get("buffer") for a in launch["arguments"]] == ["in0", "alloc0", None, None]

@@ -314,7 +314,7 @@ def test_a_cpu_run_s_kernels_are_built_for_a_nominal_gpu_and_checked_on_their_ir
 
     import torch
 
-    from course.recorder import plan
+    from course.recorder import plan, plan_format
 
     path = tmp_path / "cpu_cell.py"
     path.write_text(CPU_CELL)
@@ -324,8 +324,8 @@ def test_a_cpu_run_s_kernels_are_built_for_a_nominal_gpu_and_checked_on_their_ir
     _, recorded = plan.record_call(lambda x: cell.square(x, use_dot), (torch.randn(16, 16),))
     [launch] = recorded["launches"]
     assert launch["signature"] == {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "USE_DOT": "constexpr",
-                                   "BLOCK": "constexpr"} and launch["target"] == plan.NOMINAL_TARGET
-    request = {**_request(tmp_path, CPU_CELL, launch), "target": plan.NOMINAL_TARGET}
+                                   "BLOCK": "constexpr"} and launch["target"] == plan_format.NOMINAL_TARGET
+    request = {**_request(tmp_path, CPU_CELL, launch), "target": plan_format.NOMINAL_TARGET}
     (tmp_path / "request.json").write_text(json.dumps(request))
     subprocess.run([sys.executable, "-m", "grader.build_kernels", str(tmp_path / "request.json")], cwd=REPO,
                    check=True, env={**os.environ, "TRITON_INTERPRET": "0"})

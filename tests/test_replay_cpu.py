@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from course import spec as specs
-from course.recorder import plan
+from course.recorder import plan, plan_format
 from grader import build_kernels, judge, replay_cpu
 from grader.replay import Unreplayable
 
@@ -63,7 +63,7 @@ def _kernels(tmp_path, cell=SCALE_CELL):
 def _scale_plan(n=40):
     """By hand: 2.5 * x into an allocation of n + 8 floats, written from byte 32 on (the output view)."""
     return {
-        "version": plan.PLAN_VERSION, "problems": [], "inputs": [{"nbytes": 4 * n}],
+        "version": plan_format.PLAN_VERSION, "problems": [], "inputs": [{"nbytes": 4 * n}],
         "allocations": [{"name": "alloc0", "nbytes": 4 * (n + 8), "dtype": "float32", "init": "empty"}],
         "launches": [{
             "kernel": "scale", "interpreted": True,

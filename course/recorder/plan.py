@@ -13,8 +13,6 @@ check.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,13 +23,7 @@ import torch
 
 from course.dispatch_mode import LazyDynamoDispatchMode
 from course.recorder import descriptors
-
-# 2: launches may be CUDA C (a "cuda" entry, course.cuda); 3: Triton arguments may be tensor descriptors
-PLAN_VERSION = 3
-PLAN_VERSIONS = (1, 2, 3)  # what the judge replays
-# Options a launch may set; the builder compiles the notebook's kernel with exactly these.
-COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
-                   "launch_cooperative_grid", "launch_pdl")
+from course.recorder.plan_format import COMPILE_OPTIONS, NOMINAL_TARGET, PLAN_VERSION, encode_value, ttgir_digest
 
 _aten = torch.ops.aten
 # Factory ops: what the allocated buffer starts as ("empty": the judge fills it with NaN).
@@ -48,75 +40,6 @@ _FILLS = {_aten.zero_.default: "zeros", _aten.fill_.Scalar: "full"}
 _METADATA = {_aten.detach.default, _aten.alias.default, _aten.sym_size.int, _aten.sym_stride.int,
              _aten.sym_numel.default, _aten.sym_storage_offset.default, _aten.is_contiguous.default,
              _aten.is_contiguous.memory_format}
-
-_LOC_LINES = re.compile(r"^#loc.*$", re.MULTILINE)
-
-
-def _strip_locations(text: str) -> str:
-    """TTGIR without source locations (file names and line numbers differ between two builds)."""
-    text = _LOC_LINES.sub("", text)
-    out, i = [], 0
-    while i < len(text):
-        j = text.find("loc(", i)
-        if j < 0 or (j > 0 and (text[j - 1].isalnum() or text[j - 1] in "_.#")):
-            if j < 0:
-                out.append(text[i:])
-                break
-            out.append(text[i:j + 4])
-            i = j + 4
-            continue
-        out.append(text[i:j].rstrip(" "))
-        depth, k = 0, j + 3
-        while k < len(text):
-            depth += {"(": 1, ")": -1}.get(text[k], 0)
-            k += 1
-            if depth == 0:
-                break
-        i = k
-    return "\n".join(line.rstrip() for line in "".join(out).splitlines() if line.strip())
-
-
-def ttgir_digest(text: str) -> str:
-    """A digest of a kernel's TTGIR that two builds of the same source and specialisation share."""
-    return hashlib.sha256(_strip_locations(text).encode()).hexdigest()
-
-
-def encode_value(value: Any) -> dict[str, Any] | None:
-    """A constexpr or scalar as tagged JSON, or None when it is of no supported type."""
-    import triton.language as tl
-
-    if value is None:
-        return {"none": True}
-    if type(value) is bool:
-        return {"bool": value}
-    if type(value) is int:
-        return {"int": value}
-    if type(value) is float:
-        return {"float": repr(value)}
-    if type(value) is str:
-        return {"str": value}
-    if isinstance(value, tl.dtype):
-        return {"dtype": str(value)}
-    return None
-
-
-def decode_value(data: dict[str, Any]) -> Any:
-    import triton.language as tl
-
-    if "none" in data:
-        return None
-    if "bool" in data:
-        return bool(data["bool"])
-    if "int" in data:
-        return int(data["int"])
-    if "float" in data:
-        return float(data["float"])
-    if "str" in data:
-        return str(data["str"])
-    if "dtype" in data:
-        return tl.dtype(str(data["dtype"]))
-    raise ValueError(f"unknown value encoding {sorted(data)}")
-
 
 @dataclass
 class _Buffer:
@@ -300,10 +223,6 @@ def _check_descriptors(recording: _Recording | None, kernel: str, names: list[st
         entry, problem = descriptors.describe(value, own_storage)
         if entry is None:
             raise RuntimeError(f"not launched: the tensor descriptor {name} of kernel {kernel} {problem}")
-
-
-# Where a CPU run's kernels are compiled for checks on the compiled form (grader.ir_rules): a nominal Hopper GPU.
-NOMINAL_TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32}
 
 
 def _argument(recording: _Recording, kernel: str, name: str, value: Any, as_what: str) -> dict[str, Any] | None:
