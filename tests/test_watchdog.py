@@ -158,10 +158,13 @@ def test_a_judge_prepares_while_another_holds_the_gpu_and_is_paused_once_it_uses
     gate = GpuGate(idle=lambda gpu: True)
     holding, held_until = threading.Event(), []
 
-    def other_judge():
+    def other_judge():  # holds until the judge has prepared (a loaded CI machine can take seconds), at most 120 s
         with gate.exclusive("0"):
             holding.set()
-            time.sleep(6.0)
+            deadline = time.time() + 120.0
+            while not (tmp_path / "prepared").exists() and time.time() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.5)  # the judge, paused once it asks for the GPU, must wait out the rest of the hold
             held_until.append(time.time())
 
     other = threading.Thread(target=other_judge)
