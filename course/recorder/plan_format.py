@@ -1,8 +1,8 @@
 """The launch plan's plain-data vocabulary, without torch: its versions, the compile options a launch may set,
 the nominal target of a CPU run's builds, the tagged JSON of constexprs and scalars, and the TTGIR digest.
 
-The builder (``grader.build_kernels``) and the CPU replay read plans through this module alone, so a build does
-not pay for importing torch (about 3 s of a core, more than the rest of a build).
+The builder (``grader.build_kernels``) reads plans through this module alone, so a build does not pay for
+importing torch (about 3 s of a core, more than the rest of a build).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_
 
 # Where a CPU run's kernels are compiled for checks on the compiled form (grader.ir_rules): a nominal Hopper GPU.
 NOMINAL_TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32}
-
 
 _LOC_LINES = re.compile(r"^#loc.*$", re.MULTILINE)
 
