@@ -115,8 +115,11 @@ def record(url: str, result: NotebookResult, executed: NotebookNode | None, book
     with _opened(url, book) as gb, warnings.catch_warnings():
         # nbgrader's own autoflush while creating a submission warns harmlessly (SQLAlchemy SAWarning).
         warnings.simplefilter("ignore", SAWarning)
-        gb.update_or_create_student(result.student)
-        gb.update_or_create_submission(result.assignment, result.student)
+        try:  # a student's other notebooks made the submission already: one query instead of two updates
+            gb.find_submission_notebook(result.notebook, result.assignment, result.student)
+        except MissingEntry:
+            gb.update_or_create_student(result.student)
+            gb.update_or_create_submission(result.assignment, result.student)
     if executed is not None:
         resources = {"nbgrader": {"notebook": result.notebook, "assignment": result.assignment,
                                   "student": result.student, "db_url": url}}
@@ -124,8 +127,11 @@ def record(url: str, result: NotebookResult, executed: NotebookNode | None, book
     scored = {item.item: item for item in result.items}
     with _opened(url, book) as gb:
         submission = gb.find_submission_notebook(result.notebook, result.assignment, result.student)
-        for grade in submission.grades:
-            item = scored.get(grade.name)
+        # Each grade with its cell's name in one query (``Grade.name`` loads its cell, a query per grade).
+        grades = gb.db.query(api.Grade, api.BaseCell.name).join(api.BaseCell, api.Grade.cell_id == api.BaseCell.id) \
+            .filter(api.Grade.notebook_id == submission.id)
+        for grade, name in grades:
+            item = scored.get(name)
             # Cells without an item (the notebook never ran) score 0, as nbgrader does for missing work.
             grade.auto_score = item.score if item else 0.0
             grade.needs_manual_grade = item is not None and item.score is None
