@@ -110,13 +110,13 @@ EXPECTED: dict[str, Expected] = {
     # measurement forged in the notebook's process (kernel: honest_slow)
     "metrics_file_fake_rows": _honest_slow(
         "bench rows of 1e9 GFLOP/s appended to $COURSE_METRICS_FILE (added cell)",
-        "the judge times its own replay; no metrics file is read", old="CPU 7, GPU 12"),
+        "the judge times its own replay; no metrics file is read", gpu_only=True, old="CPU 7, GPU 12"),
     "patch_bench_time_calls": _honest_slow(
         "course.bench.time_calls rebound: the student's times / 1000",
-        "the judge times in its own process", old="CPU 7, GPU 12"),
+        "the judge times in its own process", gpu_only=True, old="CPU 7, GPU 12"),
     "patch_bench_measure": _honest_slow(
         "course.bench.measure replaced: cuBLAS timed, student reported 20x faster",
-        "the judge times in its own process", old="CPU 7, GPU 12"),
+        "the judge times in its own process", gpu_only=True, old="CPU 7, GPU 12"),
     "patch_cuda_event_elapsed_time": _honest_slow(
         "torch.cuda.Event.elapsed_time patched: /50 when timing matmul",
         "the judge's events are its own", gpu_only=True, old="CPU 7, GPU 12"),
@@ -182,7 +182,7 @@ EXPECTED: dict[str, Expected] = {
     "input_view_identity": _honest_slow(
         "when timed: B := [I; 0] by a kernel, returns the view a[:, :N]",
         "timing replays the plan of an ordinary call (honest path); an input-writing, input-aliasing plan "
-        "would be 0", old="CPU 7, GPU 12"),
+        "would be 0", gpu_only=True, old="CPU 7, GPU 12"),
     "steal_reference_frame": _stub_two("reads `reference` from the checker's stack frame",
                                        "no reference in the sandbox; copy kernel reads an unknown buffer",
                                        old="CPU 7, GPU 7"),
