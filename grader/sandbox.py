@@ -241,6 +241,14 @@ def _chown_tree(scratch: Path) -> None:
                 os.chown(Path(root, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
 
 
+def _resident_bytes(processes: Sequence[psutil.Process]) -> int:
+    total = 0
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            total += process.memory_info().rss
+    return total
+
+
 def _written_bytes(scratch: Path, log_path: Path, printed: Sequence[str] = ()) -> tuple[int, int]:
     """(printed output, scratch files): the log and the top-level scratch entries named in ``printed``, and every
     other entry. Apparent or allocated size, whichever is larger, and at least 512 bytes an entry: neither sparse
@@ -445,7 +453,7 @@ def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits
             pause = min(2 * pause, _POLL_SECONDS)
             processes = process_table.TABLE.tree(child.pid)
             seen.update((process.pid, process) for process in processes)
-            resident = process_table.TABLE.resident_bytes(processes)
+            resident = _resident_bytes(processes)
             peak = max(peak, resident)
             if running() > limits.seconds:
                 stopped = "timeout"
