@@ -124,6 +124,19 @@ print(json.dumps(found))
 """
 
 
+def test_the_builder_never_imports_torch(built, tmp_path):
+    """The builder reads plans through plan_format, which needs no torch: importing it cost a build 3 s of a core."""
+    request = json.loads((built.parent / "build.json").read_text())
+    (tmp_path / "build.json").write_text(json.dumps({**request, "out": str(tmp_path / "built")}))
+    probe = ("import sys; from grader import build_kernels; code = build_kernels.main(['build.json']); "
+             "print('torch imported:', 'torch' in sys.modules); sys.exit(code)")
+    done = subprocess.run([sys.executable, "-P", "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          env=_compiling_env(built.parent / "cache"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "built" / "index.json").is_file()
+    assert done.stdout.splitlines()[-1] == "torch imported: False"
+
+
 def test_the_builder_writes_the_ttgir_of_a_full_compile_and_compiles_no_further(built, tmp_path):
     stored = [p.name for p in (built.parent / "cache").rglob("*") if p.is_file()]
     assert any(name.endswith(".ttgir") for name in stored)
