@@ -713,6 +713,9 @@ def inspect_local(names):
     """Compile some variants for sm_90 on a machine without a GPU and print what the compiler made."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    from course.compiler import compile_triton
     target = GPUTarget("cuda", 90, 32)
 
     def sig_of(fn, args):
@@ -773,7 +776,7 @@ def inspect_local(names):
             opts = dict(num_warps=w)
             if len(cfg) > 4 and kind == "ref":
                 opts["maxnreg"] = cfg[4]
-            k = triton.compile(src, target=target, options=opts)
+            k = compile_triton(src, target, opts)  # the course's one compile path (course/compiler.py)
         except Exception as e:
             print(spec, "FAILED", type(e).__name__, str(e)[:1500])
             continue
