@@ -217,8 +217,12 @@ def replay_cpu(job: Job, notebook: Path, export: Path, kernels: list[dict[str, A
                seconds: float) -> Outcome:
     """Replay the recorded plans on the judge's inputs (``kernels``: specs and calls, secret seeds) through
     Triton's interpreter in a fresh sandbox (``grader.replay_cpu``); the outputs land in ``destination``."""
+    from grader import replay_inputs
+
     fresh = Path(job.workdir)
-    request = {**_stage(fresh, notebook, export), "kernels": kernels, "out": str(fresh / "replayed")}
+    inputs = fresh / "in" / "inputs"  # the judge's inputs, made here from the secret seeds
+    request = {**_stage(fresh, notebook, export), "kernels": replay_inputs.with_inputs(kernels, inputs),
+               "inputs": str(inputs), "out": str(fresh / "replayed")}
     (fresh / "replay.json").write_text(json.dumps(request), encoding="utf-8")
     ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.replay_cpu", str(fresh / "replay.json")], seconds)
     sandbox.copy_out(fresh / "replayed", destination)

@@ -37,7 +37,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from grader import build_kernels, ir_rules, provenance, results
+from grader import build_kernels, ir_rules, plan_checks, provenance, results
 
 MAX_ANSWER_BYTES = 16 * 2**20
 
@@ -379,7 +379,7 @@ def _cpu_check(spec: Any, call: dict[str, Any], recorded: Any, replayed: Any, ou
     import torch
 
     from course.check import compare
-    from course.recorder.export import BF16_BITS
+    from course.recorder.plan_format import BF16_BITS
 
     shape = tuple(call["shape"])
     label = spec.shape_label(shape)
@@ -593,7 +593,7 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
             out_shape = tuple(output_shape(shape))
             with WATCH.running(spec.id, f"its replay at {label}", replay_limit(job, spec, shape)):
                 prepared = replay.prepare(plan, inputs, kernels_, spec.output_dtype, out_shape,
-                                          replay.budget(inputs, out_shape))
+                                          plan_checks.budget(inputs, out_shape))
                 out = replay.launch(prepared)
                 torch.cuda.synchronize()
         except (replay.Unreplayable, ValueError, KeyError, TypeError) as problem:
@@ -711,7 +711,8 @@ def _plan_entry(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...], seed
     def make_args(i: int) -> tuple:
         WATCH.step(spec.id, f"timing at {spec.shape_label(shape)}", limit)
         inputs = spec.make_inputs(shape, seed + 11 + i, "cuda")
-        return (replay.prepare(plan, inputs, kernels, spec.output_dtype, out_shape, replay.budget(inputs, out_shape)),)
+        limit_bytes = plan_checks.budget(inputs, out_shape)
+        return (replay.prepare(plan, inputs, kernels, spec.output_dtype, out_shape, limit_bytes),)
 
     def after(args: tuple, out: Any, i: int) -> None:
         # The check regenerates the inputs from the seed: a kernel that overwrote its inputs cannot pass it.

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,21 +22,22 @@ from typing import Any
 import torch
 
 from course import cuda
-from course.recorder.plan import describe_inputs
-from course.recorder.plan_format import PLAN_VERSIONS, decode_value, ttgir_digest
+from course.recorder.plan_format import ttgir_digest
 from grader import build_cuda, compile_ttgir, tma_replay
 from grader.build_kernels import launch_key
+from grader.plan_checks import (
+    MAX_PROGRAMS,
+    Unreplayable,
+    check_grid,
+    check_plan,
+    locate,
+    resolve_arguments,
+)
 
-MAX_LAUNCHES = 64
 MAX_TTGIR_BYTES = 64 * 2**20
-MAX_PROGRAMS = 2**24
-GRID_LIMITS = (2**31 - 1, 65535, 65535)
+
 DTYPES = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64", "int8", "int16",
                                                   "int32", "int64", "uint8", "bool")}
-
-
-class Unreplayable(ValueError):
-    """The plan cannot be replayed as recorded; the message says why, for the student."""
 
 
 @dataclass
@@ -166,64 +166,12 @@ def _allocate(entry: dict[str, Any], device: str) -> torch.Tensor:
     return buffer.fill_(float("nan") if dtype.is_floating_point else -1)
 
 
-def budget(inputs: tuple[Any, ...], output_shape: tuple[int, ...]) -> int:
-    """Bytes a plan may allocate: four times its inputs and an fp64 output, plus 64 MiB of scratch."""
-    tensors = [t for t in inputs if hasattr(t, "untyped_storage")]
-    return 4 * (sum(t.untyped_storage().nbytes() for t in tensors) + 8 * math.prod(output_shape)) + 64 * 2**20
-
-
-def check_plan(plan: Any, inputs: tuple[Any, ...], max_bytes: int) -> list[dict[str, Any]]:
-    """What every replay checks before it allocates anything (GPU or CPU); returns the plan's launches."""
-    if not isinstance(plan, dict):
-        raise Unreplayable("no launch plan was recorded for this call")
-    if plan.get("problems"):
-        raise Unreplayable(str(plan["problems"][0]))
-    if plan.get("version", 1) not in PLAN_VERSIONS:
-        raise Unreplayable(f"the plan has version {str(plan.get('version'))[:20]}, which this judge does not know")
-    if plan.get("inputs") != describe_inputs(inputs):
-        raise Unreplayable("the plan was recorded for other inputs than this shape's")
-    allocations = plan.get("allocations") or []
-    if not isinstance(allocations, list) or any(
-            not isinstance(a, dict) or a.get("name") != f"alloc{i}" or type(a.get("nbytes")) is not int
-            or a["nbytes"] < 0 for i, a in enumerate(allocations)):
-        raise Unreplayable("the plan's allocations are malformed")
-    if sum(a["nbytes"] for a in allocations) > max_bytes:
-        raise Unreplayable(f"the call allocates more than {max_bytes / 2**20:.0f} MiB")
-    launches = plan.get("launches") or []
-    if not launches:
-        raise Unreplayable("no Triton or CUDA kernel was launched by the graded function")
-    if not isinstance(launches, list) or not all(isinstance(launch, dict) for launch in launches):
-        raise Unreplayable("the plan's launches are malformed")
-    if len(launches) > MAX_LAUNCHES:
-        raise Unreplayable(f"the call launches more than {MAX_LAUNCHES} kernels")
-    return launches
-
-
 def allocate(plan: dict[str, Any], inputs: tuple[Any, ...], device: str) -> dict[str, torch.Tensor]:
     """The buffers a checked plan names: the inputs (in0, in1...) and its allocations, made on ``device``."""
     buffers: dict[str, torch.Tensor] = {f"in{i}": t for i, t in enumerate(inputs) if isinstance(t, torch.Tensor)}
     for entry in plan.get("allocations") or []:
         buffers[entry["name"]] = _allocate(entry, device)
     return buffers
-
-
-def check_grid(name: Any, grid: Any) -> tuple[int, int, int]:
-    if (not isinstance(grid, list) or len(grid) != 3 or any(type(g) is not int or g < 1 for g in grid)
-            or any(g > limit for g, limit in zip(grid, GRID_LIMITS, strict=True))
-            or grid[0] * grid[1] * grid[2] > MAX_PROGRAMS):
-        raise Unreplayable(f"kernel {name} has a grid of {str(grid)[:60]} programs, outside the judge's bounds")
-    return grid[0], grid[1], grid[2]
-
-
-def locate(buffers: dict[str, torch.Tensor], where: Any) -> tuple[torch.Tensor, int]:
-    """The buffer a recorded pointer names and its byte offset into that buffer's storage, checked."""
-    if not isinstance(where, dict) or str(where.get("buffer")) not in buffers:
-        raise Unreplayable(f"a pointer names an unknown buffer: {str(where)[:80]}")
-    buffer, offset = buffers[where["buffer"]], where.get("offset")
-    nbytes = buffer.untyped_storage().nbytes()
-    if type(offset) is not int or not 0 <= offset < max(nbytes, 1):
-        raise Unreplayable(f"a pointer offset {offset!r} lies outside its buffer of {nbytes} bytes")
-    return buffer, offset
 
 
 def _pointer(buffers: dict[str, torch.Tensor], where: Any) -> int:
@@ -291,35 +239,6 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: 
         resolved.append((compiled, grid, arguments, scratch))
     output = output_view(buffers, plan.get("output"), output_dtype, output_shape)
     return Prepared(inputs, buffers, resolved, output)
-
-
-def resolve_arguments(launch: dict[str, Any], pointer: Callable[[str, Any], list[Any]],
-                      descriptor: Callable[[str, Any], list[Any]]) -> list[Any]:
-    """Each recorded argument, checked against its kind in the signature, as ``pointer(kind, where)``,
-    ``descriptor(kind, entry)`` (each a list of launch arguments: a descriptor may take several) or a scalar."""
-    signature = launch.get("signature")
-    recorded = launch.get("arguments") or []
-    if not isinstance(signature, dict) or not isinstance(recorded, list):
-        raise Unreplayable(f"kernel {launch.get('kernel')} has a malformed signature or argument list")
-    kinds = [str(kind) for kind in signature.values() if kind != "constexpr"]
-    if len(kinds) != len(recorded):
-        raise Unreplayable(f"the arguments of kernel {launch.get('kernel')} do not match its signature")
-    resolved: list[Any] = []
-    for kind, argument in zip(kinds, recorded, strict=True):
-        if not isinstance(argument, dict):
-            raise Unreplayable("an argument is malformed")
-        if kind.startswith("tensordesc") and "descriptor" in argument:
-            try:
-                resolved.extend(descriptor(kind, argument["descriptor"]))
-            except tma_replay.DescriptorError as error:
-                raise Unreplayable(f"argument {str(argument.get('name'))[:40]}: {error}") from None
-        elif kind.startswith("*") and "pointer" in argument:
-            resolved.extend(pointer(kind, argument["pointer"]))
-        elif not kind.startswith(("*", "tensordesc")) and "scalar" in argument:
-            resolved.append(decode_value(argument.get("scalar") or {}))
-        else:
-            raise Unreplayable(f"argument {str(argument.get('name'))[:40]} is not the {kind[:40]} its kernel takes")
-    return resolved
 
 
 def _arguments(launch: dict[str, Any], buffers: dict[str, torch.Tensor], layouts: list[dict[str, Any]]) -> list[Any]:

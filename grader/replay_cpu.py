@@ -2,9 +2,9 @@
 
 A CPU judge compiles nothing, so it cannot replay a plan itself as the GPU judge does
 (``grader.replay``). ``python -P -m grader.replay_cpu REQUEST.json`` runs in a fresh sandbox
-(``grader.execute.replay_cpu``) that holds only the sanitized notebook and the plans its run
-exported: it defines nothing of the notebook but its top-level ``@triton.jit`` kernels, as the
-builder does (``grader.build_kernels``), makes the judge's inputs from the request's secret seeds,
+(``grader.execute.replay_cpu``) that holds only the sanitized notebook, the plans its run exported
+and the inputs the judge made from its secret seeds (``grader.replay_inputs``): it defines nothing of
+the notebook but its top-level ``@triton.jit`` kernels, as the builder does (``grader.build_kernels``),
 checks each plan as the GPU replay does (``grader.replay``: version, inputs, allocation budget,
 grid, every argument against its kind, the output view), launches its kernels in the interpreter
 and saves each output as ``.npy`` (bf16 as its bits). The judge (``grader.judge.judge_cpu``)
@@ -14,7 +14,8 @@ An interpreted launch (``course.recorder.plan``) has no compiled kernel to compa
 needs none: the kernel replayed is the one the notebook's source defines under that name. A
 pointer becomes a 1-D view of the judge's buffer at the recorded byte offset, of the dtype the
 signature says; a host-side tensor descriptor a ``TensorDescriptor`` over such a view, once its
-whole view is checked to lie inside the buffer (``grader.tma_replay``).
+whole view is checked to lie inside the buffer (``grader.tma_replay``). It imports no torch (3 s of
+a core, most of a replay): its buffers are NumPy's (``grader.host_tensor``).
 """
 
 from __future__ import annotations
@@ -24,44 +25,35 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import torch
+import numpy as np
 
-from grader.replay import (
-    DTYPES,
-    Unreplayable,
-    allocate,
-    budget,
-    check_grid,
-    check_plan,
-    locate,
-    output_view,
-    resolve_arguments,
-)
+from course.recorder.plan_format import BF16_BITS, decode_value
+from grader.host_tensor import DTYPES, HostDType, HostTensor, float32_to_bf16, read, same_values
+from grader.plan_checks import Unreplayable, budget, check_grid, check_plan, locate, resolve_arguments
 
 # A kernel call: (interpreted kernel, grid, keyword arguments).
 Launch = tuple[Any, tuple[int, int, int], dict[str, Any]]
 
 
-def _triton_dtypes() -> dict[str, torch.dtype]:
+def _element_dtypes() -> dict[str, HostDType]:
     from triton._utils import canonicalize_dtype
 
-    return {canonicalize_dtype(str(dtype).removeprefix("torch.")): dtype for dtype in DTYPES.values()}
+    return {canonicalize_dtype(name): dtype for name, dtype in DTYPES.items()}
 
 
-def _view(buffers: dict[str, torch.Tensor], where: Any, element: str) -> torch.Tensor:
+def _view(buffers: dict[str, HostTensor], where: Any, element: str) -> HostTensor:
     """The judge's buffer seen from a recorded pointer, as the ``element`` type (Triton's name) its kernel takes."""
-    dtype = _triton_dtypes().get(element)
+    dtype = _element_dtypes().get(element)
     if dtype is None:
         raise Unreplayable(f"a pointer to {element[:20]!r} elements is not supported")
     buffer, offset = locate(buffers, where)
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    count = (buffer.untyped_storage().nbytes() - offset) // itemsize
-    if offset % itemsize or count < 1:
+    count = (buffer.untyped_storage().nbytes() - offset) // dtype.itemsize
+    if offset % dtype.itemsize or count < 1:
         raise Unreplayable(f"a pointer at byte {offset} of {where.get('buffer')} is not at a whole {element} element")
-    return torch.empty(0, dtype=dtype).set_(buffer.untyped_storage(), offset // itemsize, (count,), (1,))
+    return HostTensor(buffer.untyped_storage(), dtype, offset // dtype.itemsize, (count,), (1,))
 
 
-def _descriptor(buffers: dict[str, torch.Tensor], kind: str, entry: Any) -> list[Any]:
+def _descriptor(buffers: dict[str, HostTensor], kind: str, entry: Any) -> list[Any]:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from course.recorder import descriptors
@@ -73,10 +65,51 @@ def _descriptor(buffers: dict[str, torch.Tensor], kind: str, entry: Any) -> list
     return [TensorDescriptor(base, entry["shape"], entry["strides"], block, entry["padding"])]
 
 
+def _allocate(entry: dict[str, Any]) -> HostTensor:
+    """One allocation of a checked plan, initialised as the GPU replay's (``grader.replay``): zeros, a value,
+    or else NaN (-1 for integers)."""
+    dtype = DTYPES.get(str(entry.get("dtype")))
+    if dtype is None:
+        raise Unreplayable(f"an allocation of dtype {entry.get('dtype')!r} is not supported")
+    buffer = HostTensor.empty(-(-int(entry["nbytes"]) // dtype.itemsize), dtype)
+    values, init = buffer.values(), entry.get("init")
+    if init == "zeros":
+        return buffer
+    value = entry.get("value") if init == "full" and isinstance(entry.get("value"), int | float) else None
+    if value is None:
+        value = float("nan") if dtype.is_floating_point else -1
+    if dtype.name == "bfloat16":
+        values[:] = float32_to_bf16(np.array([value], dtype=np.float32))[0]
+    else:
+        values[:] = np.array(value).astype(dtype.numpy)
+    return buffer
+
+
+def _output_view(buffers: dict[str, HostTensor], description: Any, dtype: HostDType,
+                 shape: tuple[int, ...]) -> HostTensor:
+    """The output the plan names, checked as the GPU replay checks it (``grader.replay.output_view``)."""
+    if not isinstance(description, dict):
+        raise Unreplayable("the plan names no output")
+    if str(description.get("buffer", "")).startswith("in") or description.get("buffer") not in buffers:
+        raise Unreplayable("the output is not a buffer the call allocated")
+    if description.get("dtype") != dtype.name or tuple(description.get("shape", ())) != shape:
+        raise Unreplayable(f"the output is {description.get('dtype')} {description.get('shape')}, "
+                           f"expected {dtype} {list(shape)}")
+    storage = buffers[description["buffer"]].untyped_storage()
+    offset, stride = description.get("offset"), description.get("stride")
+    if (type(offset) is not int or offset % dtype.itemsize or storage.nbytes() % dtype.itemsize
+            or not isinstance(stride, list) or len(stride) != len(shape) or any(type(s) is not int or s < 0
+                                                                               for s in stride)):
+        raise Unreplayable("the output view is malformed")
+    reach = offset // dtype.itemsize + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) if all(shape) \
+        else 0
+    if reach >= storage.nbytes() // dtype.itemsize:
+        raise Unreplayable("the output view reaches past its buffer")
+    return HostTensor(storage, dtype, offset // dtype.itemsize, shape, tuple(stride))
+
+
 def _constexprs(launch: dict[str, Any], names: list[str], signature: dict[str, Any]) -> dict[str, Any]:
     """The recorded value of each parameter the signature calls constexpr (each exactly once), by name."""
-    from course.recorder.plan_format import decode_value
-
     recorded = launch.get("constexprs")
     wanted = {i for i, name in enumerate(names) if signature[name] == "constexpr"}
     found: dict[int, Any] = {}
@@ -92,10 +125,12 @@ def _constexprs(launch: dict[str, Any], names: list[str], signature: dict[str, A
 
 
 def prepare(plan: Any, inputs: tuple[Any, ...], kernels: dict[str, Any], refused: dict[str, str],
-            output_dtype: torch.dtype, output_shape: tuple[int, ...]) -> tuple[list[Launch], torch.Tensor]:
+            output_dtype: HostDType, output_shape: tuple[int, ...]) -> tuple[list[Launch], HostTensor]:
     """Check ``plan`` and set up one replay of it on ``inputs``; raises Unreplayable with the reason."""
     launches = check_plan(plan, inputs, budget(inputs, output_shape))
-    buffers = allocate(plan, inputs, "cpu")
+    buffers: dict[str, HostTensor] = {f"in{i}": t for i, t in enumerate(inputs) if isinstance(t, HostTensor)}
+    for entry in plan.get("allocations") or []:
+        buffers[entry["name"]] = _allocate(entry)
     prepared = []
     for launch in launches:
         name = launch.get("kernel")
@@ -116,7 +151,7 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: dict[str, Any], refused
         names = [p for p, kind in signature.items() if kind != "constexpr"]
         values = dict(zip(names, arguments, strict=True)) | _constexprs(launch, kernel.arg_names, signature)
         prepared.append((kernel, grid, values))
-    return prepared, output_view(buffers, plan.get("output"), output_dtype, output_shape)
+    return prepared, _output_view(buffers, plan.get("output"), output_dtype, output_shape)
 
 
 def replay(prepared: list[Launch]) -> None:
@@ -130,7 +165,6 @@ def _text(source: str | list[str]) -> str:
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """Replay every call of the request; writes each output into ``out/outputs``, returns what became of each."""
-    from course import spec as specs
     from grader import build_kernels
 
     out = Path(request["out"])
@@ -142,33 +176,34 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     exported = json.loads(Path(request["export"]).read_text(encoding="utf-8"))
     replayed: dict[str, Any] = {}
     for job in request["kernels"]:
-        spec = specs.get(job["spec"])
+        spec_id = str(job["spec"])
         kernels_of = exported.get("kernels") if isinstance(exported, dict) else None
-        entry = kernels_of.get(spec.id) if isinstance(kernels_of, dict) else None
+        entry = kernels_of.get(spec_id) if isinstance(kernels_of, dict) else None
         calls = entry.get("calls") if isinstance(entry, dict) and isinstance(entry.get("calls"), dict) else {}
-        results = replayed.setdefault(spec.id, {})
+        results = replayed.setdefault(spec_id, {})
         for call in job["calls"]:
             recorded = calls.get(call["key"])
             if isinstance(recorded, dict):  # else the judge says why (nothing was recorded)
-                results[call["key"]] = _replay_call(spec, call, recorded.get("plan"), kernels, refused, out / "outputs")
+                results[call["key"]] = _replay_call(spec_id, call, recorded.get("plan"), kernels, refused,
+                                                    Path(request["inputs"]), out / "outputs")
                 # Written after every call: a kernel that crashes the interpreter later loses only the calls after it.
                 (out / "replayed.tmp").write_text(json.dumps(replayed), encoding="utf-8")
                 (out / "replayed.tmp").replace(out / "replayed.json")
     return replayed
 
 
-def _replay_call(spec: Any, call: dict[str, Any], plan: Any, kernels: dict[str, Any], refused: dict[str, str],
-                 outputs: Path) -> dict[str, Any]:
+def _inputs(call: dict[str, Any], folder: Path) -> tuple[Any, ...]:
+    """The call's inputs as the judge made them from its secret seed (``grader.replay_inputs``), read afresh."""
+    return tuple(read(folder, entry) if "file" in entry else decode_value(entry["scalar"]) for entry in call["inputs"])
+
+
+def _replay_call(spec_id: str, call: dict[str, Any], plan: Any, kernels: dict[str, Any], refused: dict[str, str],
+                 inputs_folder: Path, outputs: Path) -> dict[str, Any]:
     """One call replayed on the inputs of its (secret) seed: its output saved, or the reason there is none."""
-    import numpy as np
-
-    from course.recorder import plan as plan_module
-    from course.recorder.export import BF16_BITS, output_array
-
-    shape, seed = tuple(call["shape"]), int(call["seed"])
-    inputs = spec.make_inputs(shape, seed, "cpu")
+    inputs, pristine = _inputs(call, inputs_folder), _inputs(call, inputs_folder)  # both read before any kernel runs
+    output_dtype, output_shape = DTYPES[call["output"]["dtype"]], tuple(call["output"]["shape"])
     try:
-        prepared, output = prepare(plan, inputs, kernels, refused, spec.output_dtype, tuple(spec.output_shape(shape)))
+        prepared, output = prepare(plan, inputs, kernels, refused, output_dtype, output_shape)
     except Unreplayable as problem:
         return {"error": f"not replayable: {problem}"[:600]}
     except Exception as problem:  # untrusted plan data of an unforeseen shape: refused, never a crash of the replay
@@ -177,18 +212,30 @@ def _replay_call(spec: Any, call: dict[str, Any], plan: Any, kernels: dict[str, 
         replay(prepared)
     except Exception as failure:  # the student's kernel failing in the interpreter
         return {"error": f"the kernel failed in the interpreter: {type(failure).__name__}: {str(failure)[:300]}"}
-    changed = plan_module.changed_inputs(spec.make_inputs(shape, seed, "cpu"), inputs)
+    changed = [i for i, (before, after) in enumerate(zip(pristine, inputs, strict=True))
+               if isinstance(after, HostTensor) and not same_values(before, after)]
     if changed:
         return {"error": f"the call changed its input {changed[0]}: inputs are read-only"}
-    name = f"{spec.id}-{call['key']}.npy"
-    np.save(outputs / name, output_array(output), allow_pickle=False)
-    return {"output": name, **({"output_dtype": BF16_BITS} if output.dtype == torch.bfloat16 else {})}
+    return save_output(output, outputs / f"{spec_id}-{call['key']}.npy")
+
+
+def save_output(output: HostTensor, path: Path) -> dict[str, Any]:
+    """A kernel's output as a NumPy file for the judge: its values, or a bf16 output's bits (exact either way)."""
+    values = np.ascontiguousarray(output.values())
+    bf16 = output.dtype.name == "bfloat16"
+    np.save(path, values.view(np.int16) if bf16 else values, allow_pickle=False)
+    return {"output": path.name, **({"output_dtype": BF16_BITS} if bf16 else {})}
 
 
 def main(argv: list[str]) -> int:
-    from course import device
+    import os
 
-    device.configure("cpu")  # the interpreter, with the course's fixes to it
+    # Nothing here needs torch, and Triton's argument mangling imports it when it can (3 s of a core): refused.
+    sys.modules["torch"] = None  # type: ignore[assignment]
+    os.environ["TRITON_INTERPRET"] = "1"
+    from course import interpreter_fixes
+
+    interpreter_fixes.install()  # bf16 tl.dot in the interpreter, as course.device.configure("cpu") does
     run(json.loads(Path(argv[0]).read_text(encoding="utf-8")))
     return 0
 

@@ -19,11 +19,12 @@ buffer the judge sized and allocated in advance, and refuses anything larger.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from course.recorder import descriptors
+
+if TYPE_CHECKING:
+    import torch
 
 MAX_SCRATCH_BYTES = 256 * 2**20
 _IR_DESCRIPTOR = "!tt.tensordesc"

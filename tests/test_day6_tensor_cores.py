@@ -16,8 +16,8 @@ from course.check import compare, relative_error
 from course.days import formats
 from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
-from course.recorder import export
-from grader import build_kernels, judge, pipeline
+from course.recorder import plan_format
+from grader import build_kernels, host_tensor, judge, pipeline, replay_cpu, replay_inputs
 from grader.layout import course_notebooks
 from grader.pipeline import Settings
 
@@ -221,12 +221,13 @@ def test_a_bf16_output_reaches_the_cpu_judge_bit_for_bit(tmp_path):
     shape = (9, 7, 33)
     inputs = day6.BF16.make_inputs(shape, 11, "cpu")
     out = matmul.reference(inputs).to(torch.bfloat16)
-    np.save(tmp_path / "out.npy", export.output_array(out), allow_pickle=False)
+    as_replayed = host_tensor.read(tmp_path, replay_inputs.save_tensor(out, tmp_path, "out-storage"))
+    replayed = replay_cpu.save_output(as_replayed, tmp_path / "out.npy")  # what the CPU replay returns
+    assert replayed == {"output": "out.npy", "output_dtype": plan_format.BF16_BITS}
     assert torch.equal(torch.from_numpy(np.load(tmp_path / "out.npy")).view(torch.bfloat16), out)
     definitions = build_kernels.read_definitions(["@triton.jit\ndef some_kernel(x):\n    pass\n"])
     plan = {"problems": [], "launches": [{"kernel": "some_kernel"}]}
     call = {"shape": list(shape), "seed": 11}
-    replayed = {"output": "out.npy", "output_dtype": export.BF16_BITS}  # what the CPU replay returns
     passed, message = judge._cpu_check(day6.BF16, call, {"plan": plan}, replayed, tmp_path, definitions)
     assert passed, message
     np.save(tmp_path / "fake.npy", out.float().numpy(), allow_pickle=False)  # fp32 data claiming to be bf16 bits

@@ -1,5 +1,6 @@
 """The CPU replay (grader.replay_cpu): hand-made and recorded plans run through Triton's interpreter on the
-judge's buffers, every malformed plan refused with its reason, and the CPU judge's verdict from the replay."""
+judge's buffers, every malformed plan refused with its reason, the CPU judge's verdict from the replay, and a
+replay that runs with torch refused."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import copy
 import importlib.util
 import json
 import math
+import os
+import subprocess
 import sys
 
 import nbformat
@@ -16,8 +19,9 @@ import torch
 
 from course import spec as specs
 from course.recorder import plan, plan_format
-from grader import build_kernels, judge, replay_cpu
-from grader.replay import Unreplayable
+from grader import build_kernels, host_tensor, judge, replay_cpu, replay_inputs
+from grader.pipeline import grader_environment
+from grader.plan_checks import Unreplayable
 
 INTERPRETER_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="records an interpreted call; a GPU is visible")
 
@@ -56,6 +60,14 @@ def saxpy(alpha, x, y):
 '''
 
 
+F32 = host_tensor.DTYPES["float32"]
+
+
+def _host(tensor, tmp_path, name="x"):
+    """A torch tensor as the replay reads it: saved by the judge's side, read back as a HostTensor."""
+    return host_tensor.read(tmp_path, replay_inputs.save_tensor(tensor, tmp_path, name))
+
+
 def _kernels(tmp_path, cell=SCALE_CELL):
     return build_kernels.kernel_definitions([cell], tmp_path / "src", interpret=True)
 
@@ -80,12 +92,10 @@ def _scale_plan(n=40):
 def test_a_hand_made_plan_replays_on_the_judges_buffers(tmp_path):
     kernels, refused = _kernels(tmp_path)
     x = torch.randn(40)
-    prepared, out = replay_cpu.prepare(_scale_plan(), (x,), kernels, refused, torch.float32, (40,))
+    prepared, out = replay_cpu.prepare(_scale_plan(), (_host(x, tmp_path),), kernels, refused, F32, (40,))
     replay_cpu.replay(prepared)
-    assert torch.equal(out, x * 2.5)
-    whole = out.untyped_storage()
-    before = torch.empty(0, dtype=torch.float32).set_(whole, 0, (8,), (1,))
-    assert bool(before.isnan().all())  # the 8 floats before the pointer's offset: untouched, as the judge filled them
+    assert np.array_equal(out.values(), (x * 2.5).numpy())
+    assert np.isnan(out.typed()[:8]).all()  # before the pointer: as the judge filled them
 
 
 def _edit(path, value):
@@ -126,14 +136,14 @@ def test_a_malformed_plan_is_refused_with_its_reason(tmp_path, edit, why):
     malformed = copy.deepcopy(_scale_plan())
     edit(malformed)
     with pytest.raises(Unreplayable, match=why):
-        replay_cpu.prepare(malformed, (torch.randn(40),), kernels, refused, torch.float32, (40,))
+        replay_cpu.prepare(malformed, (_host(torch.randn(40), tmp_path),), kernels, refused, F32, (40,))
 
 
 def test_a_kernel_the_builder_refuses_is_not_replayed(tmp_path):
     cell = SCALE_CELL.replace("@triton.jit", "@triton.jit(debug=print)")
     kernels, refused = _kernels(tmp_path, cell)
     with pytest.raises(Unreplayable, match="kernel scale cannot be built"):
-        replay_cpu.prepare(_scale_plan(), (torch.randn(40),), kernels, refused, torch.float32, (40,))
+        replay_cpu.prepare(_scale_plan(), (_host(torch.randn(40), tmp_path),), kernels, refused, F32, (40,))
 
 
 def _saxpy_module(tmp_path):
@@ -146,9 +156,9 @@ def _saxpy_module(tmp_path):
     return module
 
 
-@INTERPRETER_ONLY
-def test_a_recorded_call_replays_on_secret_inputs_and_the_cpu_judge_checks_it(tmp_path):
-    """Recorded on public seed 0 in the notebook's process; replayed on the judge's seed; judged outside."""
+def _saxpy_request(tmp_path):
+    """A notebook with saxpy, its export (a good plan on visible-0, a pointer between two floats on hidden-0) and a
+    replay request on secret seeds; returns (request, the calls as the judge holds them)."""
     saxpy = specs.get("w1d4.saxpy")
     module = _saxpy_module(tmp_path)
     _, recorded = plan.record_call(module.saxpy, saxpy.make_inputs((100, 1, 1), 0, "cpu"))
@@ -165,8 +175,17 @@ def test_a_recorded_call_replays_on_secret_inputs_and_the_cpu_judge_checks_it(tm
     calls = [{"key": "visible-0", "set": "visible", "shape": [100, 1, 1], "seed": 123456789},
              {"key": "hidden-0", "set": "hidden", "shape": [100, 1, 1], "seed": 987654321}]
     request = {"notebook": str(tmp_path / "notebook.ipynb"), "export": str(export / "export.json"),
-               "kernels": [{"spec": saxpy.id, "calls": calls}], "out": str(tmp_path / "replayed")}
+               "kernels": replay_inputs.with_inputs([{"spec": saxpy.id, "calls": calls}], tmp_path / "inputs"),
+               "inputs": str(tmp_path / "inputs"), "out": str(tmp_path / "replayed")}
+    return request, calls
 
+
+@INTERPRETER_ONLY
+def test_a_recorded_call_replays_on_secret_inputs_and_the_cpu_judge_checks_it(tmp_path):
+    """Recorded on public seed 0 in the notebook's process; replayed on the judge's seed; judged outside."""
+    saxpy = specs.get("w1d4.saxpy")
+    request, calls = _saxpy_request(tmp_path)
+    export = tmp_path / "export"
     replayed = replay_cpu.run(request)[saxpy.id]
     assert replayed["visible-0"] == {"output": f"{saxpy.id}-visible-0.npy"}
     assert "not at a whole fp32 element" in replayed["hidden-0"]["error"]
@@ -181,6 +200,27 @@ def test_a_recorded_call_replays_on_secret_inputs_and_the_cpu_judge_checks_it(tm
     # Judged against the secret seed's reference: the same output under another seed fails.
     calls[0]["seed"] = 5
     assert not judge.judge_cpu(job)["kernels"][saxpy.id]["sets"]["visible"]["passed"]
+
+
+@INTERPRETER_ONLY
+def test_the_replay_process_runs_with_torch_refused(tmp_path):
+    """``python -m grader.replay_cpu`` as the sandbox starts it: torch cannot be imported there, and the replay
+    still gives the output the in-process replay gives."""
+    saxpy = specs.get("w1d4.saxpy")
+    request, _ = _saxpy_request(tmp_path)
+    (tmp_path / "replay.json").write_text(json.dumps(request))
+    done = subprocess.run([sys.executable, "-X", "importtime", "-P", "-m", "grader.replay_cpu",
+                           str(tmp_path / "replay.json")],
+                          capture_output=True, text=True, cwd=tmp_path, env=grader_environment(dict(os.environ)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    replayed = json.loads((tmp_path / "replayed" / "replayed.json").read_text())[saxpy.id]
+    assert replayed["visible-0"] == {"output": f"{saxpy.id}-visible-0.npy"}
+    out = torch.from_numpy(np.load(tmp_path / "replayed" / "outputs" / replayed["visible-0"]["output"]))
+    assert torch.allclose(out.double(), saxpy.reference(saxpy.make_inputs((100, 1, 1), 123456789, "cpu")))
+    assert "not at a whole fp32 element" in replayed["hidden-0"]["error"]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
+    # A refused `import torch` is one line of microseconds; a real one imports hundreds of torch.* modules.
+    assert "triton" in imported and not [name for name in imported if name.startswith("torch.")]
 
 
 def test_a_replay_that_ended_early_says_so_for_each_call(tmp_path):
@@ -206,7 +246,8 @@ def test_a_plan_of_an_unforeseen_shape_is_refused_not_a_crash_of_the_replay(tmp_
     odd["inputs"] = plan.describe_inputs(saxpy.make_inputs((100, 1, 1), 3, "cpu"))
     odd["launches"][0]["kernel"] = ["scale"]  # unhashable where a name belongs
     call = {"key": "visible-0", "shape": [100, 1, 1], "seed": 3}
-    result = replay_cpu._replay_call(saxpy, call, odd, kernels, refused, tmp_path)
+    [job] = replay_inputs.with_inputs([{"spec": saxpy.id, "calls": [call]}], tmp_path / "inputs")
+    result = replay_cpu._replay_call(saxpy.id, job["calls"][0], odd, kernels, refused, tmp_path / "inputs", tmp_path)
     assert result["error"].startswith("not replayable: the plan is malformed (TypeError")
 
 

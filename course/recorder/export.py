@@ -60,13 +60,6 @@ def encode_answer(value: Any, arrays: Path, name: str, depth: int = 0) -> dict[s
 
 
 # NumPy has no bfloat16: a bf16 output travels as its raw 16 bits, marked so, and the judge views them back.
-BF16_BITS = "bfloat16 as int16 bits"
-
-
-def output_array(out: torch.Tensor) -> np.ndarray:
-    """A kernel's output as a NumPy array for the judge: its values, or a bf16 tensor's bits (exact either way)."""
-    out = out.detach().cpu()
-    return out.view(torch.int16).numpy() if out.dtype == torch.bfloat16 else out.numpy()
 
 
 def _call_host(fn: Any, inputs: tuple[Any, ...], arrays: Path, name: str) -> dict[str, Any]:

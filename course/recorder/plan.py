@@ -23,7 +23,14 @@ import torch
 
 from course.dispatch_mode import LazyDynamoDispatchMode
 from course.recorder import descriptors
-from course.recorder.plan_format import COMPILE_OPTIONS, NOMINAL_TARGET, PLAN_VERSION, encode_value, ttgir_digest
+from course.recorder.plan_format import (
+    COMPILE_OPTIONS,
+    NOMINAL_TARGET,
+    PLAN_VERSION,
+    describe_inputs,
+    encode_value,
+    ttgir_digest,
+)
 
 _aten = torch.ops.aten
 # Factory ops: what the allocated buffer starts as ("empty": the judge fills it with NaN).
@@ -370,12 +377,6 @@ def install() -> None:
     jit.JITFunction.run = _recording_launches(compiled_run, record_compiled)
     interpreter.InterpretedFunction.run = _recording_launches(interpreted_run, record_interpreted)
     _installed = True
-
-
-def describe_inputs(inputs: tuple[Any, ...]) -> list[dict[str, Any]]:
-    """What a plan was recorded for: each tensor input's storage size, each other input's value."""
-    return [{"nbytes": value.untyped_storage().nbytes()} if isinstance(value, torch.Tensor)
-            else {"scalar": encode_value(value)} for value in inputs]
 
 
 def _on_gpu(inputs: tuple[Any, ...]) -> bool:

@@ -1,8 +1,9 @@
 """The launch plan's plain-data vocabulary, without torch: its versions, the compile options a launch may set,
-the nominal target of a CPU run's builds, the tagged JSON of constexprs and scalars, and the TTGIR digest.
+the nominal target of a CPU run's builds, the tagged JSON of constexprs and scalars, the inputs a plan was
+recorded for, and the TTGIR digest.
 
-The builder (``grader.build_kernels``) reads plans through this module alone, so a build does not pay for
-importing torch (about 3 s of a core, more than the rest of a build).
+The builder (``grader.build_kernels``) and the CPU replay (``grader.replay_cpu``) read plans through this module
+alone, so neither pays for importing torch (about 3 s of a core, more than the rest of a build).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ def _strip_locations(text: str) -> str:
         i = k
     return "\n".join(line.rstrip() for line in "".join(out).splitlines() if line.strip())
 
+BF16_BITS = "bfloat16 as int16 bits"  # a bf16 output saved for the judge as its bits (NumPy has no bf16)
+
 
 def ttgir_digest(text: str) -> str:
     """A digest of a kernel's TTGIR that two builds of the same source and specialisation share."""
@@ -70,6 +73,13 @@ def encode_value(value: Any) -> dict[str, Any] | None:
     if isinstance(value, tl.dtype):
         return {"dtype": str(value)}
     return None
+
+
+def describe_inputs(inputs: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """What a plan was recorded for: each tensor input's storage size, each other input's value (a torch tensor
+    or the CPU replay's ``grader.host_tensor.HostTensor``: anything with a storage)."""
+    return [{"nbytes": value.untyped_storage().nbytes()} if hasattr(value, "untyped_storage")
+            else {"scalar": encode_value(value)} for value in inputs]
 
 
 def decode_value(data: dict[str, Any]) -> Any:
