@@ -11,6 +11,18 @@ if TYPE_CHECKING:  # matplotlib is imported where a plot is drawn: `import cours
     from matplotlib.figure import Figure
 
 
+def show(figure: Figure | None) -> None:
+    """Display ``figure`` once in the notebook (closed first, so the cell's end does not show it again); None shows
+    nothing. pyplot is imported here, by a cell that has a figure to show, not by one that draws nothing."""
+    if figure is None:
+        return
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    plt.close(figure)
+    display(figure)
+
+
 def gflops_vs_size(series: Mapping[str, Sequence[float]], labels: Sequence[str], title: str,
                    ylabel: str = "GFLOP/s", log_scale: bool = False) -> Figure:
     """One line per implementation (e.g. yours, reference, cuBLAS) over the benchmark shapes.
