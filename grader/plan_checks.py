@@ -104,3 +104,27 @@ def resolve_arguments(launch: dict[str, Any], pointer: Callable[[str, Any], list
         else:
             raise Unreplayable(f"argument {str(argument.get('name'))[:40]} is not the {kind[:40]} its kernel takes")
     return resolved
+
+
+def output_placement(buffers: dict[str, Any], description: Any, dtype: Any, shape: tuple[int, ...]
+                     ) -> tuple[Any, int, list[int]]:
+    """Where the plan's output lies: (its buffer, offset and strides in elements of ``dtype``), each checked. The
+    output must be a buffer the call allocated, of the graded dtype and shape, and lie inside it. ``dtype``: a torch
+    dtype or a ``grader.host_tensor.HostDType`` (a name and an item size either way)."""
+    if not isinstance(description, dict):
+        raise Unreplayable("the plan names no output")
+    if str(description.get("buffer", "")).startswith("in") or description.get("buffer") not in buffers:
+        raise Unreplayable("the output is not a buffer the call allocated")
+    if description.get("dtype") != str(dtype).removeprefix("torch.") or tuple(description.get("shape", ())) != shape:
+        raise Unreplayable(f"the output is {description.get('dtype')} {description.get('shape')}, "
+                           f"expected {dtype} {list(shape)}")
+    buffer, itemsize = buffers[description["buffer"]], dtype.itemsize
+    nbytes = buffer.untyped_storage().nbytes()
+    offset, stride = description.get("offset"), description.get("stride")
+    if (type(offset) is not int or offset % itemsize or nbytes % itemsize or not isinstance(stride, list)
+            or len(stride) != len(shape) or any(type(s) is not int or s < 0 for s in stride)):
+        raise Unreplayable("the output view is malformed")
+    reach = offset // itemsize + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) if all(shape) else 0
+    if reach >= nbytes // itemsize:
+        raise Unreplayable("the output view reaches past its buffer")
+    return buffer, offset // itemsize, stride

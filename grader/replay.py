@@ -31,6 +31,7 @@ from grader.plan_checks import (
     check_grid,
     check_plan,
     locate,
+    output_placement,
     resolve_arguments,
 )
 
@@ -180,26 +181,10 @@ def _pointer(buffers: dict[str, torch.Tensor], where: Any) -> int:
 
 
 def output_view(buffers: dict[str, torch.Tensor], description: Any, dtype: torch.dtype,
-                 shape: tuple[int, ...]) -> torch.Tensor:
-    if not isinstance(description, dict):
-        raise Unreplayable("the plan names no output")
-    if str(description.get("buffer", "")).startswith("in") or description.get("buffer") not in buffers:
-        raise Unreplayable("the output is not a buffer the call allocated")
-    if description.get("dtype") != str(dtype).removeprefix("torch.") or tuple(description.get("shape", ())) != shape:
-        raise Unreplayable(f"the output is {description.get('dtype')} {description.get('shape')}, "
-                           f"expected {dtype} {list(shape)}")
-    buffer = buffers[description["buffer"]]
-    itemsize = torch.empty((), dtype=dtype).element_size()
+                shape: tuple[int, ...]) -> torch.Tensor:
+    buffer, offset, stride = output_placement(buffers, description, dtype, shape)
     raw = buffer.view(torch.uint8) if buffer.dtype != torch.uint8 else buffer
-    offset, stride = description.get("offset"), description.get("stride")
-    if (type(offset) is not int or offset % itemsize or raw.numel() % itemsize or not isinstance(stride, list)
-            or len(stride) != len(shape) or any(type(s) is not int or s < 0 for s in stride)):
-        raise Unreplayable("the output view is malformed")
-    typed = raw.view(dtype)
-    reach = offset // itemsize + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) if all(shape) else 0
-    if reach >= typed.numel():
-        raise Unreplayable("the output view reaches past its buffer")
-    return torch.as_strided(typed, shape, stride, offset // itemsize)
+    return torch.as_strided(raw.view(dtype), shape, stride, offset)
 
 
 def prepare(plan: Any, inputs: tuple[Any, ...], kernels: Kernels, output_dtype: torch.dtype,

@@ -29,7 +29,15 @@ import numpy as np
 
 from course.recorder.plan_format import BF16_BITS, decode_value
 from grader.host_tensor import DTYPES, HostDType, HostTensor, float32_to_bf16, read, same_values
-from grader.plan_checks import Unreplayable, budget, check_grid, check_plan, locate, resolve_arguments
+from grader.plan_checks import (
+    Unreplayable,
+    budget,
+    check_grid,
+    check_plan,
+    locate,
+    output_placement,
+    resolve_arguments,
+)
 
 # A kernel call: (interpreted kernel, grid, keyword arguments).
 Launch = tuple[Any, tuple[int, int, int], dict[str, Any]]
@@ -85,29 +93,6 @@ def _allocate(entry: dict[str, Any]) -> HostTensor:
     return buffer
 
 
-def _output_view(buffers: dict[str, HostTensor], description: Any, dtype: HostDType,
-                 shape: tuple[int, ...]) -> HostTensor:
-    """The output the plan names, checked as the GPU replay checks it (``grader.replay.output_view``)."""
-    if not isinstance(description, dict):
-        raise Unreplayable("the plan names no output")
-    if str(description.get("buffer", "")).startswith("in") or description.get("buffer") not in buffers:
-        raise Unreplayable("the output is not a buffer the call allocated")
-    if description.get("dtype") != dtype.name or tuple(description.get("shape", ())) != shape:
-        raise Unreplayable(f"the output is {description.get('dtype')} {description.get('shape')}, "
-                           f"expected {dtype} {list(shape)}")
-    storage = buffers[description["buffer"]].untyped_storage()
-    offset, stride = description.get("offset"), description.get("stride")
-    if (type(offset) is not int or offset % dtype.itemsize or storage.nbytes() % dtype.itemsize
-            or not isinstance(stride, list) or len(stride) != len(shape) or any(type(s) is not int or s < 0
-                                                                               for s in stride)):
-        raise Unreplayable("the output view is malformed")
-    reach = offset // dtype.itemsize + sum((n - 1) * s for n, s in zip(shape, stride, strict=True)) if all(shape) \
-        else 0
-    if reach >= storage.nbytes() // dtype.itemsize:
-        raise Unreplayable("the output view reaches past its buffer")
-    return HostTensor(storage, dtype, offset // dtype.itemsize, shape, tuple(stride))
-
-
 def _constexprs(launch: dict[str, Any], names: list[str], signature: dict[str, Any]) -> dict[str, Any]:
     """The recorded value of each parameter the signature calls constexpr (each exactly once), by name."""
     recorded = launch.get("constexprs")
@@ -151,7 +136,8 @@ def prepare(plan: Any, inputs: tuple[Any, ...], kernels: dict[str, Any], refused
         names = [p for p, kind in signature.items() if kind != "constexpr"]
         values = dict(zip(names, arguments, strict=True)) | _constexprs(launch, kernel.arg_names, signature)
         prepared.append((kernel, grid, values))
-    return prepared, _output_view(buffers, plan.get("output"), output_dtype, output_shape)
+    buffer, offset, stride = output_placement(buffers, plan.get("output"), output_dtype, output_shape)
+    return prepared, HostTensor(buffer.untyped_storage(), output_dtype, offset, output_shape, tuple(stride))
 
 
 def replay(prepared: list[Launch]) -> None:
