@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import torch
-from matplotlib.figure import Figure
 
 from course import plot
+
+if TYPE_CHECKING:  # matplotlib is imported where a picture is drawn: a grading run draws none
+    from matplotlib.figure import Figure
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ _FIELD_COLOURS = {"sign": "#c2521b", "exponent": "#3f7fbf", "mantissa": "#59a14f
 
 def bit_layout(formats: Sequence[Format] = tuple(FORMATS.values())) -> Figure:
     """One row of boxes per format: sign, exponent and mantissa bits (tf32's unused low bits in grey)."""
+    import matplotlib.pyplot as plt
+
     if not formats:
         raise ValueError("no formats to draw")
     width = max(32, max(f.bits for f in formats))
@@ -128,6 +132,8 @@ def error_vs_k(ks: Sequence[int], errors: Mapping[str, Sequence[float]], toleran
     line with the same name; ``tolerance`` is the exercise's pass line. A value of 0 (an exact result) is
     drawn at the bottom of the axis.
     """
+    import matplotlib.pyplot as plt
+
     if not ks:
         raise ValueError("no K values to plot")
     fig, ax = plt.subplots(figsize=(7, 4.2))
