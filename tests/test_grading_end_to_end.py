@@ -180,6 +180,18 @@ def test_each_solution_earns_every_point_and_each_stub_none(graded, notebook):
     assert all(not item.score for item in stub.items), {i.item: i.score for i in stub.items if i.score}
 
 
+def test_a_grading_run_draws_no_teaching_picture(graded):
+    """Picture cells draw only where `grading` is False: matplotlib costs a run a second or more of CPU, and a
+    picture in the executed notebook is only bytes to save after every cell."""
+    _, out, _, _, _ = graded
+    executed = sorted((out / "runs" / "fast_correct").glob("*/*/executed.ipynb"))
+    assert len(executed) == len(course_notebooks())
+    drawn = {path.parent.name for path in executed
+             if any("image/png" in output.get("data", {}) for cell in nbformat.read(str(path), as_version=4).cells
+                    for output in cell.get("outputs", []))}
+    assert not drawn, f"pictures drawn while grading: {sorted(drawn)}"
+
+
 # Demo students whose mistake only a GPU shows (on a CPU they earn what fast_correct earns).
 SAME_AS_CORRECT_ON_A_CPU = {("too_many_stages", "week2/day4_pipelining")}  # the interpreter ignores num_stages
 
