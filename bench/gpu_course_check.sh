@@ -3,7 +3,8 @@
 # the solution's answers and the notebook as shipped) for the notebooks matching NOTEBOOKS (a grep
 # pattern over "<week>/<notebook>", default all). Prints one line per graded notebook and, for each
 # timed exercise, the reference solution's and the student's speed against the library, measured by
-# the judge in the same run. Run from the repository root with the grader's wheels installed
+# the judge in the same run. CLASS_HOOK, if set, is a command run with the class folder as its last argument before
+# grading (bench/w2d4_stage_students.py adds students there). Run from the repository root with the grader's wheels installed
 # (bench/fetch_gpu_wheels.sh) and bubblewrap on PATH. Writes under ${OUT:-build/gpu-course}.
 set -euo pipefail
 OUT=${OUT:-build/gpu-course}
@@ -23,6 +24,7 @@ for student in "$class"/*; do
         echo "$key" | grep -q -E "$NOTEBOOKS" || rm -f "$notebook"
     done
 done
+if [[ -n ${CLASS_HOOK:-} ]]; then $CLASS_HOOK "$class"; fi
 /usr/bin/time -f "grading: %e s wall" python3 -m grader grade "$class" --out "$grades" --device gpu --jobs "$JOBS" \
     --allow-ungraded > "$OUT/grade.log" 2>&1 || { tail -40 "$OUT/grade.log"; exit 1; }
 tail -3 "$OUT/grade.log"

@@ -28,6 +28,7 @@ class DeviceInfo:
     l2_bytes: int = 0
     memory_bytes: int = 0
     compute_capability: tuple[int, int] | None = None
+    shared_memory_per_block: int = 0  # bytes one program may use, opted in (227 KiB on an H100)
 
     @property
     def has_gpu(self) -> bool:
@@ -65,6 +66,7 @@ def _gpu_info() -> DeviceInfo:
         l2_bytes=int(getattr(props, "L2_cache_size", 0)),
         memory_bytes=props.total_memory,
         compute_capability=(props.major, props.minor),
+        shared_memory_per_block=int(getattr(props, "shared_memory_per_block_optin", 0)),
     )
 
 

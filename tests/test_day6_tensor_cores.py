@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import nbformat
 import numpy as np
 import pytest
 import torch
@@ -14,11 +15,12 @@ import triton.language as tl
 from course import spec
 from course.check import compare, relative_error
 from course.days import formats
+from course.device import DeviceInfo
 from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
 from course.recorder import plan_format
 from grader import build_kernels, host_tensor, judge, pipeline, replay_cpu, replay_inputs
-from grader.layout import course_notebooks
+from grader.layout import SOLUTIONS, course_notebooks
 from grader.pipeline import Settings
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week2/day6_tensor_cores")
@@ -270,3 +272,16 @@ def test_the_baselines_on_a_gpu():
         assert out.is_cuda and out.dtype == exercise.output_dtype
         assert exercise.spot_error(inputs, out) < exercise.tolerance
         assert relative_error(out, exercise.reference(inputs)) < 5e-3
+
+
+@pytest.mark.parametrize(("shared_memory", "stages"), [(232448, 4), (166912, 3)])  # H100/H200 and A100 opt-in
+def test_the_16_bit_tiles_take_the_stages_the_devices_shared_memory_allows(shared_memory, stages):
+    notebook = nbformat.read(str(SOLUTIONS / "week2" / "day6_tensor_cores.ipynb"), as_version=4)
+    cell = next(c.source for c in notebook.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "tiles")
+    device = DeviceInfo("cuda", "fake", shared_memory_per_block=shared_memory)
+    namespace = {"torch": torch, "DEVICE": device}
+    exec(cell, namespace)
+    for dtype in (torch.float16, torch.bfloat16):
+        tiles = namespace["tiles_for"](dtype)
+        stage_bytes = (tiles["BLOCK_M"] * tiles["BLOCK_K"] + tiles["BLOCK_K"] * tiles["BLOCK_N"]) * 2
+        assert tiles["num_stages"] == stages and stages * stage_bytes <= shared_memory
