@@ -451,7 +451,7 @@ def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits
         while not _exited(child):
             time.sleep(pause)
             pause = min(2 * pause, _POLL_SECONDS)
-            processes = process_table.TABLE.tree(child.pid)
+            processes = process_table.tree(child.pid)
             seen.update((process.pid, process) for process in processes)
             resident = _resident_bytes(processes)
             peak = max(peak, resident)

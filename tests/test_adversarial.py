@@ -23,7 +23,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 DEVICE, DEVICE_NAME = resolve_device("auto")
 ON_GPU = DEVICE == "gpu"
 FIXTURES = fixtures()
-GRADED = sorted(name for name, f in FIXTURES.items() if ON_GPU or not f.gpu_only)
+# Each notebook's control is the course's solution. On a CPU the demo class's fast_correct already earns full marks
+# with it (tests/test_grading_end_to_end.py), so these are graded only beside a GPU, where their timings anchor the
+# verdicts of the cheats beside them.
+SOLUTION_CONTROLS = {f"{notebook}-{stem}" for notebook, stem in (
+    ("day1_host_baseline", "honest"), ("day3_the_machine", "honest"), ("day4_first_triton_kernel", "honest"),
+    ("day5_memory", "honest"), ("day6_tiling", "honest_tiled"), ("bonus_sgemm_ladder", "honest_ladder"),
+    ("day1_profiling", "honest"), ("day2_coalescing", "honest"), ("day3_bank_conflicts", "honest_padded"),
+    ("day4_pipelining", "honest"), ("day5_tma", "honest"), ("day6_tensor_cores", "honest"),
+    ("day7_optimized_gemm", "honest"))}
+GRADED = sorted(name for name, f in FIXTURES.items() if ON_GPU or not (f.gpu_only or name in SOLUTION_CONTROLS))
+ON_A_CPU_SEE_THE_DEMO = pytest.mark.skipif(
+    not ON_GPU, reason="a solution control: on a CPU the demo class's fast_correct is graded instead: NOT RUN here")
 SEED = 20261122
 MARKS = ("adversarial-",)  # the fixtures name their processes and files with it
 
@@ -68,8 +79,13 @@ def _check(result, name: str) -> None:
         assert result.integrity, f"{name}: the grader undid a change without a note"
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.gpu) if fixture.gpu_only else name
-                                  for name, fixture in sorted(FIXTURES.items())])
+def _param(name: str, gpu_only: bool):
+    if gpu_only:
+        return pytest.param(name, marks=pytest.mark.gpu)
+    return pytest.param(name, marks=ON_A_CPU_SEE_THE_DEMO) if name in SOLUTION_CONTROLS else name
+
+
+@pytest.mark.parametrize("name", [_param(name, fixture.gpu_only) for name, fixture in sorted(FIXTURES.items())])
 def test_each_fixture_gets_its_expected_verdict(batch, name):
     _check(batch[0][name], name)
 
