@@ -124,7 +124,10 @@ def test_accept_says_which_way_the_timer_is_wrong():
 
 
 def test_the_right_timer_passes_and_the_classic_mistakes_fail_on_the_simulated_device():
-    shapes = [(25,), (60,)]
+    # The spec's CPU durations (50 ms and up): on a loaded 2-core CI machine a correct timer once read
+    # x1.5 of a 25 ms call, which is the reason the spec sets that floor.
+    shapes = list(SPEC.visible_shapes.cpu[:2])
+    assert min(s[0] for s in shapes) >= 50
     assert all(r.passed for r in check.check(SPEC, right_timer, shapes)), check.check(SPEC, right_timer, shapes)
     assert not any(r.passed for r in check.check(SPEC, no_wait_timer, shapes))
     assert not any(r.passed for r in check.check(SPEC, wait_at_end_timer, shapes))
