@@ -17,15 +17,16 @@ Every raw metric goes to the JSON as well.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from bench.ncu_csv import export, largest, pick, print_table, read, stalls  # noqa: E402
+
 FFMA_PER_SM_CLOCK = 128
 EXTRA_METRICS = ",".join([
     "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "smsp__inst_executed.sum",
@@ -55,39 +56,9 @@ def profile(kernel: str, out: Path) -> Path | None:
         return None
     print(f"ncu {kernel}: {run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ''} "
           f"({time.perf_counter() - began:.0f} s)")
-    rep = f"{report}.ncu-rep"
     csv_path = Path(f"{report}.csv")
-    raw = subprocess.run(["ncu", "-i", rep, "--page", "raw", "--csv", "--print-units", "base"], capture_output=True,
-                         text=True)
-    csv_path.write_text(raw.stdout, encoding="utf-8")
-    details = subprocess.run(["ncu", "-i", rep, "--page", "details", "--print-units", "base"], capture_output=True,
-                             text=True)
-    with open(out / "w1d7_limit_ncu_details.txt", "a", encoding="utf-8") as handle:
-        handle.write(f"===== {kernel} =====\n{details.stdout}\n")
+    export(report, csv_path, out / "w1d7_limit_ncu_details.txt", heading=kernel)
     return csv_path
-
-
-def number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None
-
-
-def read(path: Path) -> list[dict[str, str]]:
-    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.startswith('"')]
-    rows = list(csv.reader(lines))
-    if len(rows) < 3:
-        return []
-    header, units = rows[0], rows[1]
-    return [{f"{h} [{u}]" if u else h: v for h, u, v in zip(header, units, row, strict=False)} for row in rows[2:]]
-
-
-def pick(row: dict[str, str], name: str) -> float | None:
-    for key, value in row.items():
-        if key == name or key.startswith(name + " ["):
-            return number(value)
-    return None
 
 
 def summarise(row: dict[str, str]) -> dict[str, object]:
@@ -100,12 +71,7 @@ def summarise(row: dict[str, str]) -> dict[str, object]:
     lds = pick(row, "smsp__sass_inst_executed_op_shared_ld.sum") or float("nan")
     wavefronts = pick(row, "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum") or float("nan")
     conflicts = pick(row, "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum")
-    stalls = {}
-    for key, value in row.items():
-        found = re.match(r"smsp__average_warps?_(?:latency_)?issue_stalled_(\w+?)_per_issue_active\.ratio", key)
-        if found and found.group(1) not in ("selected",) and number(value) is not None:
-            stalls[found.group(1)] = number(value)
-    top = sorted(stalls.items(), key=lambda item: -item[1])[:3]
+    found = stalls(row)
     return {
         "kernel": row.get("Kernel Name", "")[:160],
         "grid": row.get("Grid Size"), "block": row.get("Block Size"),
@@ -126,8 +92,8 @@ def summarise(row: dict[str, str]) -> dict[str, object]:
         + (pick(row, "launch__shared_mem_per_block_static") or 0),
         "achieved_occupancy_pct": pick(row, "sm__warps_active.avg.pct_of_peak_sustained_active"),
         "theoretical_occupancy_pct": pick(row, "sm__maximum_warps_per_active_cycle_pct"),
-        "top_stalls_cycles_per_issue": dict(top),
-        "all_stalls_cycles_per_issue": stalls,
+        "top_stalls_cycles_per_issue": largest(found),
+        "all_stalls_cycles_per_issue": found,
     }
 
 
@@ -165,12 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                ("instructions_per_ffma", "inst/FFMA", ".3f"), ("lds_per_ffma", "LDS/FFMA", ".3f"),
                ("shared_ld_wavefronts_per_lds", "wf/LDS", ".2f"), ("registers_per_thread", "regs", ".0f"),
                ("achieved_occupancy_pct", "occ%", ".1f")]
-    print(f"{'kernel':<8}" + "".join(f"{title:>11}" for _, title, _ in columns) + "  top stalls (cycles/issue)")
-    for name, row in table.items():
-        cells = "".join(f"{row[key]:>11{fmt}}" if isinstance(row[key], float) else f"{row[key]!s:>11}"
-                        for key, _, fmt in columns)
-        stalls = ", ".join(f"{k} {v:.2f}" for k, v in row["top_stalls_cycles_per_issue"].items())
-        print(f"{name:<8}{cells}  {stalls}  [{row['kernel'][:60]}]")
+    print_table(table, columns, name_width=8, cell_width=11)
     return 0
 
 

@@ -24,9 +24,7 @@ kernel's raw metrics), w2d456_limit_ncu{TAG}_raw.csv and w2d456_limit_ncu{TAG}_d
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import re
 import subprocess
 import sys
 import time
@@ -34,6 +32,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(REPO))
+from bench.ncu_csv import export, largest, number, pick, print_table, read, stalls  # noqa: E402
+
 DATASHEET_FP16_DENSE_TFLOPS = 989.4  # H100 SXM, dense fp16/bf16 with fp32 accumulation (datasheet)
 FLOP_PER_SM_CLOCK = 4096  # 989.4e12 / (132 SMs * 1.83e9 Hz)
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats", "ComputeWorkloadAnalysis",
@@ -67,7 +68,6 @@ PLAN = (
 
 def child(plan_path: Path) -> int:
     """Under ncu: each plan entry once between cudaProfilerStart/Stop."""
-    sys.path.insert(0, str(REPO))
     from course import device
     from course import spec as specs
 
@@ -117,29 +117,6 @@ def known_metrics() -> set[str] | None:
     return names or None
 
 
-def number(text: str) -> float | None:
-    try:
-        return float(text.replace(",", ""))
-    except (ValueError, AttributeError):
-        return None
-
-
-def read(path: Path) -> list[dict[str, str]]:
-    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if line.startswith('"')]
-    rows = list(csv.reader(lines))
-    if len(rows) < 3:
-        return []
-    header, units = rows[0], rows[1]
-    return [{f"{h} [{u}]" if u else h: v for h, u, v in zip(header, units, row, strict=False)} for row in rows[2:]]
-
-
-def pick(row: dict[str, str], name: str) -> float | None:
-    for key, value in row.items():
-        if key == name or key.startswith(name + " ["):
-            return number(value)
-    return None
-
-
 def match(rows: list[dict[str, str]], entries: list[dict]) -> dict[str, dict[str, str]]:
     """Rows in launch order to plan entries: a Triton entry takes the next row of its kernel's name; a library entry
     takes the longest row before the next Triton entry's row."""
@@ -173,12 +150,7 @@ def summarise(row: dict[str, str], flops: float) -> dict[str, object]:
     clock = pick(row, "sm__cycles_elapsed.avg.per_second") or float("nan")
     sms = pick(row, "device__attribute_multiprocessor_count") or 132
     tflops = flops / seconds / 1e12
-    stalls = {}
-    for key, value in row.items():
-        found = re.match(r"smsp__average_warps?_(?:latency_)?issue_stalled_(\w+?)_per_issue_active\.ratio", key)
-        if found and found.group(1) not in ("selected",) and number(value) is not None:
-            stalls[found.group(1)] = number(value)
-    top = sorted(stalls.items(), key=lambda item: -item[1])[:3]
+    found = stalls(row)
     dram_bytes = (pick(row, "dram__bytes_read.sum") or 0) + (pick(row, "dram__bytes_write.sum") or 0)
     return {
         "kernel": row.get("Kernel Name", "")[:200],
@@ -208,8 +180,8 @@ def summarise(row: dict[str, str], flops: float) -> dict[str, object]:
         "achieved_occupancy_pct": pick(row, "sm__warps_active.avg.pct_of_peak_sustained_active"),
         "theoretical_occupancy_pct": pick(row, "sm__maximum_warps_per_active_cycle_pct"),
         "waves_per_sm": pick(row, "launch__waves_per_multiprocessor"),
-        "top_stalls_cycles_per_issue": dict(top),
-        "all_stalls_cycles_per_issue": stalls,
+        "top_stalls_cycles_per_issue": largest(found),
+        "all_stalls_cycles_per_issue": found,
     }
 
 
@@ -256,14 +228,10 @@ def profile(out: Path, plan_path: Path, tag: str = "") -> Path | None:
     else:
         return None
     print(f"ncu: {time.perf_counter() - began:.0f} s")
-    rep = f"{report}.ncu-rep"
     csv_path = out / f"w2d456_limit_ncu{tag}_raw.csv"
-    raw = subprocess.run(["ncu", "-i", rep, "--page", "raw", "--csv", "--print-units", "base"], capture_output=True,
-                         text=True)
-    csv_path.write_text(raw.stdout, encoding="utf-8")
-    details = subprocess.run(["ncu", "-i", rep, "--page", "details", "--print-units", "base"], capture_output=True,
-                             text=True)
-    (out / f"w2d456_limit_ncu{tag}_details.txt").write_text(details.stdout, encoding="utf-8")
+    details = out / f"w2d456_limit_ncu{tag}_details.txt"
+    details.unlink(missing_ok=True)
+    export(report, csv_path, details)
     return csv_path
 
 
@@ -308,12 +276,7 @@ def main(argv: list[str] | None = None) -> int:
                ("dram_throughput_pct", "dram%", ".1f"), ("l2_hit_rate_pct", "L2hit%", ".1f"),
                ("shared_lsu_wavefronts_pct", "shLSU%", ".1f"), ("achieved_occupancy_pct", "occ%", ".1f"),
                ("registers_per_thread", "regs", ".0f"), ("sm_clock_ghz", "GHz", ".2f")]
-    print(f"{'kernel':<40}" + "".join(f"{title:>9}" for _, title, _ in columns) + "  top stalls (cycles/issue)")
-    for name, row in table.items():
-        cells = "".join(f"{row[key]:>9{fmt}}" if isinstance(row[key], float) else f"{row[key]!s:>9}"
-                        for key, _, fmt in columns)
-        stalls = ", ".join(f"{k} {v:.2f}" for k, v in row["top_stalls_cycles_per_issue"].items())
-        print(f"{name[:40]:<40}{cells}  {stalls}  [{row['kernel'][:70]}]")
+    print_table(table, columns, name_width=40, cell_width=9)
     return 0
 
 
