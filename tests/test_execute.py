@@ -44,6 +44,15 @@ def test_a_cell_over_its_limit_is_a_timeout(tmp_path):
     assert outcome.status == results.TIMEOUT and "cell" in outcome.message
 
 
+def test_a_cell_spinning_on_the_cpu_is_interrupted_at_its_limit(tmp_path):
+    """A busy loop, not a wait: the interrupt lands between bytecodes, and the traceback is kept."""
+    job, outcome = _run(tmp_path, "print('starting', flush=True)\nwhile True:\n    pass", cell_timeout=3)
+    assert outcome.status == results.TIMEOUT and "cell" in outcome.message
+    [cell] = [c for c in nbformat.read(str(job.executed_path), as_version=4).cells if "while True" in c.source]
+    assert cell.outputs[0]["text"].strip() == "starting"
+    assert any(o.get("ename") == "KeyboardInterrupt" for o in cell.outputs), cell.outputs
+
+
 # The kernel sends a cell's reply, then its "idle" status; a run paused in between (the GPU gate stops it while a
 # judge holds its GPU) delays the second. Here the kernel itself sleeps there, once.
 _IDLE_LATE = """

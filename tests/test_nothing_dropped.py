@@ -189,7 +189,7 @@ def _bad_class(root: Path) -> dict[str, str]:
     _write(root / "prints_10mb" / EXPECTED, _edited(lambda nb: nb.cells.insert(
         3, nbformat.v4.new_code_cell("print('x' * (10 * 2**20))"))))
     _write(root / "loops" / EXPECTED, _edited(lambda nb: nb.cells.insert(
-        3, nbformat.v4.new_code_cell("print('starting')\nwhile True:\n    pass"))))
+        3, nbformat.v4.new_code_cell("print('starting')\nimport time\nwhile True:\n    time.sleep(0.1)"))))
     _write(root / "exits" / EXPECTED, _edited(lambda nb: setattr(
         _cell(nb, "matmul_kernel"), "source", "import os\nprint('bye', flush=True)\nos._exit(1)")))
     return {"john smith": results.OK, "zoë": results.OK, "-dash": results.OK, "no_week1": results.MISSING,
