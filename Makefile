@@ -89,7 +89,7 @@ $(STAMP): $(REQUIREMENTS) pyproject.toml
 # test file on one worker, so a file's graded class is graded once.
 test: setup
 	$(PY) -m ruff check .
-	$(PY) -m pytest -n auto --dist loadgroup
+	$(PY) -m pytest -n auto --dist loadscope
 
 wheelhouse:
 	$(PYTHON) -m pip download --quiet --only-binary=:all: --dest $(WHEELHOUSE) \

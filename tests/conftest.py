@@ -54,23 +54,11 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 0 if HAS_GPU else len(os.sched_getaffinity(0))
 
 
-def _shares_a_fixture(item: pytest.Item) -> bool:
-    """Whether the test uses one of the project's fixtures made once for several tests (a graded batch, a build)."""
-    info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(d.scope in ("module", "class", "package") and d.baseid
-                                    for defs in info.name2fixturedefs.values() for d in defs)
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     from grader.sandbox import unavailable_reason
 
     no_sandbox = unavailable_reason()
-    grouped = getattr(config.option, "dist", "no") == "loadgroup"
     for item in items:
-        # `make test` (--dist loadgroup): a file's tests that share a fixture run on one worker, so it is made once;
-        # every other test is dealt out on its own, which keeps both workers busy to the end.
-        if grouped and _shares_a_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
         if not HAS_GPU and item.get_closest_marker("gpu") is not None:
             item.add_marker(pytest.mark.skip(reason=NO_GPU))
         elif no_sandbox and item.get_closest_marker("sandbox") is not None:
