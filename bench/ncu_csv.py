@@ -67,11 +67,12 @@ def export(report: str | Path, raw_csv: Path, details: Path, heading: str = "") 
 
 def print_table(table: dict[str, dict], columns: list[tuple[str, str, str]], name_width: int,
                 cell_width: int) -> None:
-    """One line a kernel: its columns (key, title, format), its three largest stalls and its kernel's name."""
+    """One line a kernel: its label (padded to ``name_width``, never cut), its columns (key, title, format), its three
+    largest stalls and its kernel's name."""
     print(f"{'kernel':<{name_width}}" + "".join(f"{title:>{cell_width}}" for _, title, _ in columns)
           + "  top stalls (cycles/issue)")
     for name, row in table.items():
         cells = "".join(f"{row[key]:>{cell_width}{fmt}}" if isinstance(row[key], float)
                         else f"{row[key]!s:>{cell_width}}" for key, _, fmt in columns)
         top = ", ".join(f"{k} {v:.2f}" for k, v in row["top_stalls_cycles_per_issue"].items())
-        print(f"{name[:name_width]:<{name_width}}{cells}  {top}  [{row['kernel'][:70]}]")
+        print(f"{name:<{name_width}}{cells}  {top}  [{row['kernel'][:70]}]")

@@ -41,11 +41,13 @@ def test_w1d7_table_from_an_export_takes_the_longest_kernel_and_derives_its_rate
     ffma = 2.0**36
     path = _raw(tmp_path / "cublas.csv", [[0, "helper", 5000, 1.5e9, 132, 10, 10, 0, 0, 0],
                                           [1, "sgemm", 2e6, 1.5e9, 132, ffma, ffma / 16, 0.5, 1.0, 2.25]])
-    assert w1d7_limit_ncu.main([str(tmp_path / "out"), "--csv", f"cublas={path}"]) == 0
-    row = json.loads((tmp_path / "out" / "w1d7_limit_ncu.json").read_text(encoding="utf-8"))["table"]["cublas"]
+    assert w1d7_limit_ncu.main([str(tmp_path / "out"), "--csv", f"cublas_tf32_off={path}"]) == 0
+    table = json.loads((tmp_path / "out" / "w1d7_limit_ncu.json").read_text(encoding="utf-8"))["table"]
+    row = table["cublas_tf32_off"]
     assert row["kernel"] == "sgemm"
     assert abs(row["tflops"] - 2 * ffma / 2e-3 / 1e12) < 1e-9
     assert abs(row["pct_fp32_peak_at_clock"] - 100 * ffma / (2e-3 * 128 * 132 * 1.5e9)) < 1e-9
     assert row["instructions_per_ffma"] == 2.0  # ffma/16 warp instructions over ffma/32 warp FFMAs
     assert row["top_stalls_cycles_per_issue"] == {"long_scoreboard": 2.25, "barrier": 0.5}
-    assert "long_scoreboard 2.25" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "long_scoreboard 2.25" in printed and "cublas_tf32_off " in printed  # a label longer than its column, whole
