@@ -259,10 +259,11 @@ def _kernel_start_seconds(nb: Any, began: datetime) -> float | None:
 def run_job(job: Job) -> Outcome:
     """The sandbox's side: papermill with errors allowed; an outcome for every ending."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
-    from papermill.engines import papermill_engines
     from papermill.execute import prepare_notebook_metadata
     from papermill.iorw import load_notebook_node, write_ipynb
     from papermill.parameterize import parameterize_notebook
+
+    from grader.cell_limit import CellLimitEngine, RunClock
 
     parameters = {"device": job.device, "grading": True}
     nb = load_notebook_node(job.notebook)
@@ -272,15 +273,15 @@ def run_job(job: Job) -> Outcome:
     began_wall, began = datetime.now(UTC), time.monotonic()
     outcome = Outcome(results.OK)
     try:
-        nb = papermill_engines.execute_notebook_with_engine(
-            None, nb, kernel_name=KERNEL_NAME, input_path=job.notebook, output_path=output,
-            progress_bar=False, log_output=False, start_timeout=job.startup_timeout,
-            execution_timeout=job.cell_timeout, request_save_on_cell_execute=True, allow_errors=True,
-            # A cell's reply and its last outputs are separate messages; papermill fails the cell when 4 s pass
-            # between them. A run paused by the GPU gate (while a judge holds its GPU) can sit in that gap for
-            # longer: only the cell's own limit bounds the wait.
-            iopub_timeout=math.ceil(job.cell_timeout),
-        )
+        with RunClock() as clock:
+            nb = CellLimitEngine.execute_notebook(
+                nb, KERNEL_NAME, input_path=job.notebook, output_path=output, progress_bar=False, log_output=False,
+                start_timeout=job.startup_timeout, cell_limit=job.cell_timeout, clock=clock, allow_errors=True,
+                # A cell's reply and its last outputs are separate messages; papermill fails the cell when 4 s
+                # pass between them. A run paused by the GPU gate (while a judge holds its GPU) can sit in that
+                # gap for longer: the cell's limit bounds the wait (in wall time: nbclient gives no round here).
+                iopub_timeout=math.ceil(job.cell_timeout),
+            )
         write_ipynb(nb, output)
         failure = _cuda_failure(nb)
         if failure:

@@ -7,7 +7,8 @@ finished the work those runs had already queued (``idle``), and lets them go on 
 done. One holder at a time per GPU; the others wait. A run attached while its GPU is held starts frozen.
 
 The seconds a run spends frozen are counted (``Pausable.paused_seconds``), so that its time limit counts only
-the time it could run. The cell limits inside a notebook are the notebook's own clock and do count them.
+the time it could run. The cell limits inside a notebook leave them out too, by a clock of their own that stands
+still while the run is stopped (grader.cell_limit).
 """
 
 from __future__ import annotations
