@@ -2,7 +2,7 @@
 
 Without a GPU the kernels cannot run, so on this machine they are checked three ways: every CUDA
 source of the course's solution notebooks compiles with nvcc for sm_90 (skipped aloud without nvcc,
-never passed); the ladder's seven kernels run in a CPU emulation of CUDA thread blocks (one thread
+never passed); the ladder's eight kernels run in a CPU emulation of CUDA thread blocks (one thread
 per CUDA thread, ``__syncthreads`` as a barrier) under g++'s address and alignment sanitizers, on
 sizes with edges everywhere (skipped aloud without g++); and on a GPU they run for real.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -31,9 +32,14 @@ REPO = Path(__file__).resolve().parent.parent
 SOLUTION = REPO / "solutions" / "week2" / "bonus_sgemm_ladder.ipynb"
 STUDENT = REPO / "week2" / "bonus_sgemm_ladder.ipynb"
 VERSIONS = ladder_specs.VERSIONS
-# The launch shape of each version: (tile rows, tile columns, block) as the solution's wrappers use it.
-LAUNCH = {"v1": (8, 32, (32, 8)), "v2": (32, 32, (32, 32)), "v3": (32, 32, (32, 32)), "v4": (64, 64, (512, 1)),
-          "v5": (128, 128, (256, 1)), "v6a": (128, 128, (256, 1)), "v6b": (128, 128, (256, 1))}
+# Each launch the solution's wrappers make: version, compile options, tile rows, tile columns, block and
+# dynamic shared bytes (v7 has two tiles, one source).
+LAUNCHES = [("v1", (), 8, 32, (32, 8), 0), ("v2", (), 32, 32, (32, 32), 0), ("v3", (), 32, 32, (32, 32), 0),
+            ("v4", (), 64, 64, (512, 1), 0), ("v5", (), 128, 128, (256, 1), 0), ("v6a", (), 128, 128, (256, 1), 0),
+            ("v6b", (), 128, 128, (256, 1), 0), ("v7", (), 128, 256, (256, 1), 4 * (2 * 16 * 132 + 2 * 16 * 256)),
+            ("v7", ("-DNI=2",), 128, 128, (256, 1), 4 * (2 * 16 * 132 + 2 * 16 * 128))]
+LAUNCH_IDS = [version + "".join(options) for version, options, *_ in LAUNCHES]
+DYNAMIC_SHARED = "extern __shared__ __align__(16) float smem[];"
 
 
 def _cells(path: Path) -> list[nbformat.NotebookNode]:
@@ -128,7 +134,9 @@ def test_each_answer_cell_defines_its_source_and_launches_its_own_kernel():
         assert cell.metadata.nbgrader["solution"] and not cell.metadata.nbgrader["grade"]
         source = ladder_source(v)
         assert 'extern "C" __global__ void __launch_bounds__' in source and f"sgemm_{v}(" in source
-        assert f'get_function("sgemm_{v}")' in cell.source and f"sgemm_{v}_kernel(grid" in cell.source
+        assert f'get_function("sgemm_{v}")' in cell.source
+        launch = re.search(rf"sgemm_{v}_kernels?(\[\w+\])?\(grid", cell.source)
+        assert launch, f"{v}'s wrapper launches no kernel of its cell"
 
 
 def test_the_student_notebook_ships_no_kernel():
@@ -206,6 +214,7 @@ def test_inner_loop_passes_show_v6b_removing_the_conflict():
     v5, v6b = sgemm_ladder.inner_loop_passes("v5"), sgemm_ladder.inner_loop_passes("v6b")
     assert v5["A"] == (8, 32) and v5["B"] == (8, 8)
     assert v6b["A"] == (2, 2) and v6b["B"] == (2, 2)
+    assert sgemm_ladder.inner_loop_passes("v7") == {"A": (2, 2), "B": (4, 4)}  # 6 reads for 128 FMAs
     assert sgemm_ladder.inner_loop_passes("v3") == {"A": (1, 1), "B": (1, 1)}
 
 
@@ -346,19 +355,29 @@ EMULATED_SHAPES = {  # (M, N, K, misalignment of A and B in floats)
 }
 
 
+def test_every_version_is_launched_in_these_tests():
+    assert {version for version, *_ in LAUNCHES} == set(VERSIONS)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("version", VERSIONS)
-def test_ladder_kernel_in_a_cpu_emulation_of_cuda_blocks(tmp_path, version):
+@pytest.mark.parametrize(("version", "options", "tile_m", "tile_n", "block", "shared_bytes"), LAUNCHES, ids=LAUNCH_IDS)
+def test_ladder_kernel_in_a_cpu_emulation_of_cuda_blocks(tmp_path, version, options, tile_m, tile_n, block,
+                                                        shared_bytes):
     compiler = shutil.which("g++")
     if compiler is None:
         pytest.skip("g++ not found: the CPU emulation of the ladder's kernels NOT RUN (not a pass)")
-    tile_m, tile_n, (bx, by) = LAUNCH[version]
-    (tmp_path / "kernel.cu").write_text(ladder_source(version))
+    bx, by = block
+    source = ladder_source(version)
+    if shared_bytes:  # dynamic shared memory: a static array of the launch's size (one block at a time)
+        assert DYNAMIC_SHARED in source
+        source = source.replace(DYNAMIC_SHARED, f"static __align__(16) float smem[{shared_bytes // 4}];")
+    (tmp_path / "kernel.cu").write_text(source)
     (tmp_path / "main.cpp").write_text(EMULATION)
     built = subprocess.run([compiler, "-std=c++20", "-O1", "-w", "-pthread", "-fno-strict-aliasing",
                             "-fsanitize=address,alignment,undefined", "-fno-sanitize-recover=all",
                             f"-DKERNEL=sgemm_{version}", f"-DTILE_M={tile_m}", f"-DTILE_N={tile_n}",
-                            f"-DBX={bx}", f"-DBY={by}", "-o", str(tmp_path / "run"), str(tmp_path / "main.cpp")],
+                            f"-DBX={bx}", f"-DBY={by}", *options,
+                            "-o", str(tmp_path / "run"), str(tmp_path / "main.cpp")],
                            capture_output=True, text=True, timeout=300)
     if built.returncode and "sanitize" in built.stderr and "cannot find" in built.stderr:
         pytest.skip("g++ has no sanitizer runtime here: the CPU emulation NOT RUN (not a pass)")
@@ -373,17 +392,16 @@ def test_ladder_kernel_in_a_cpu_emulation_of_cuda_blocks(tmp_path, version):
 # ------------------------------------------------------------------------------------------------- GPU
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("version", VERSIONS)
-def test_ladder_kernel_on_the_gpu(version):
-    kernel = cuda.compile(ladder_source(version)).get_function(f"sgemm_{version}")
-    tile_m, tile_n, block = LAUNCH[version]
+@pytest.mark.parametrize(("version", "options", "tile_m", "tile_n", "block", "shared_bytes"), LAUNCHES, ids=LAUNCH_IDS)
+def test_ladder_kernel_on_the_gpu(version, options, tile_m, tile_n, block, shared_bytes):
+    kernel = cuda.compile(ladder_source(version), options).get_function(f"sgemm_{version}")
     for m, n, k in [(1, 1, 1), (127, 129, 131), (1000, 1030, 515), (5, 3001, 2)]:
         for offset in (0, 1):  # offset 1: A and B start 4 bytes past a 16-byte boundary
             a = torch.randn(m * k + offset, device="cuda")[offset:].view(m, k)
             b = torch.randn(k * n + offset, device="cuda")[offset:].view(k, n)
             c = torch.full((m, n), float("nan"), device="cuda")
             kernel((cuda.cdiv(n, tile_n), cuda.cdiv(m, tile_m)), block,
-                   (a, b, c, np.int32(m), np.int32(n), np.int32(k)))
+                   (a, b, c, np.int32(m), np.int32(n), np.int32(k)), shared_mem=shared_bytes)
             torch.cuda.synchronize()
             reference = a.double() @ b.double()
             error = float(torch.linalg.vector_norm(c.double() - reference) / torch.linalg.vector_norm(reference))

@@ -58,6 +58,9 @@ LADDER: tuple[Version, ...] = (
     Version("v6b", "A transposed in shared memory: 16-byte, conflict-free reads of A and B",
             "the inner loop's shared-memory reads need one pass each instead of four", 128, 128, 256, True, True,
             16 / 64),
+    Version("v7", "a bigger tile: 8 x 16 outputs per thread (128 x 256), BK = 16, one block an SM",
+            "6 shared reads feed 128 FMAs; each global float feeds 170 FLOPs instead of 128", 128, 256, 256,
+            True, True, 24 / 128),
 )
 BY_NAME = {version.name: version for version in LADDER}
 
@@ -99,7 +102,7 @@ def inner_loop_words(version: Version | str, k: int = 0, warp: int = 0) -> dict[
     """The shared-memory words one warp reads for A and for B at step ``k`` of the version's inner loop.
 
     The index formulas are the course kernels' own (row-major tiles, the v5/v6 warp layout of 4 x 8
-    lanes, v6b's transposed A with rows padded to 132 floats); one list of words per read instruction.
+    lanes, v6b's and v7's transposed A with rows padded to 132 floats); one list of words per read instruction.
     """
     name = version if isinstance(version, str) else version.name
     lanes = range(32)
@@ -115,7 +118,8 @@ def inner_loop_words(version: Version | str, k: int = 0, warp: int = 0) -> dict[
         a = [[[(t_row + i) * 8 + k] for _ in lanes] for i in range(8)]
         b = [[[k * 64 + (warp % 2) * 32 + lane] for lane in lanes]]
         return {"A": a, "B": b}
-    # v5, v6a, v6b: 4 x 2 warps of 32 x 64; lane -> rows r0 + {0..3, 16..19}, columns c0 + {0..3, 32..35}
+    # v5 to v7: 4 x 2 warps of 32 x 64 (v7: 32 x 128); lane -> rows r0 + {0..3, 16..19}, columns c0 + {0..3, 32..35}
+    # (v7: and 64..67, 96..99)
     r0 = [warp // 2 * 32 + lane // 8 * 4 for lane in lanes]
     c0 = [warp % 2 * 64 + lane % 8 * 4 for lane in lanes]
     b = [[[k * 128 + c + half + j] for c in c0] for half in (0, 32) for j in range(4)]
@@ -124,7 +128,12 @@ def inner_loop_words(version: Version | str, k: int = 0, warp: int = 0) -> dict[
         return {"A": a, "B": b}
     # v6b: As[k][m] with rows of 132 floats; float4 reads of A and of B
     a = [[[k * 132 + r + half + i for i in range(4)] for r in r0] for half in (0, 16)]
-    b = [[[k * 128 + c + half + j for j in range(4)] for c in c0] for half in (0, 32)]
+    if name == "v6b":
+        b = [[[k * 128 + c + half + j for j in range(4)] for c in c0] for half in (0, 32)]
+        return {"A": a, "B": b}
+    # v7: v6b's A; warps of 32 x 128, so B's rows are 256 floats and a lane reads 4 float4s, 32 columns apart
+    c0 = [warp % 2 * 128 + lane % 8 * 4 for lane in lanes]
+    b = [[[k * 256 + c + 32 * h + j for j in range(4)] for c in c0] for h in range(4)]
     return {"A": a, "B": b}
 
 

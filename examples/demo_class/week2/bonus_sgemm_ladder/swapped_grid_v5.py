@@ -3,7 +3,7 @@
 The v5 wrapper launches cdiv(M, 128) x cdiv(N, 128) blocks, rows first, where CUDA's grid is (x, y)
 with x along the columns of C. The kernel checks its bounds, so nothing is written out of place, but
 for a non-square C some tiles are never computed and stay NaN: v5 fails its visible and hidden
-shapes on a GPU (and so earns no speed points), while the six other versions are the course's. Q2
+shapes on a GPU (and so earns no speed points), while the seven other versions are the course's. Q2
 counts one pass for v5's read of A, missing the 4-way conflict. On a CPU every kernel item is pending.
 """
 
