@@ -13,7 +13,8 @@ Run on a GPU machine with CuPy, from the repository root:
 3. Times every version, the notebook's Triton fp32 kernel (input_precision="ieee") and cuBLAS fp32
    (TF32 off) at 4096^3 with course.bench.time_calls, cuBLAS again beside each kernel, and prints
    GFLOP/s, the fraction of the cuBLAS timing taken beside it, and the speed-up over the rung below.
-4. Unless --no-sweep: v6b (and v5, v6a) in other tile configurations, through the sources' -D options.
+4. Unless --no-sweep: v6b, v6a and v5 in other tile configurations, through the sources' -D options, timed at
+   4096^3 and at 3000x2000x1500.
 
 Everything printed is also written to DIR/sgemm_ladder.json, with each cubin's SASS beside it.
 """
@@ -53,7 +54,11 @@ CHECK_SHAPES = ((1, 1, 1), (127, 129, 131), (1000, 1030, 515), (4097, 4095, 1023
 SIZE = 4096
 # (version, BK, WARPS_M, WARPS_N, MIN_BLOCKS): the notebook's default first, then other tiles.
 SWEEP = [("v6b", 8, 4, 2, 2), ("v6b", 16, 4, 2, 2), ("v6b", 16, 2, 4, 2), ("v6b", 8, 2, 2, 3),
-         ("v6b", 16, 2, 2, 3), ("v6b", 8, 4, 2, 1), ("v6a", 8, 4, 2, 1), ("v6a", 16, 4, 2, 2), ("v5", 8, 4, 2, 1)]
+         ("v6b", 16, 2, 2, 3), ("v6b", 8, 4, 2, 1), ("v6a", 8, 4, 2, 2), ("v6a", 8, 4, 2, 1), ("v6a", 16, 4, 2, 2),
+         ("v6a", 16, 4, 2, 1), ("v6a", 8, 2, 2, 3), ("v6a", 16, 2, 2, 3), ("v5", 8, 4, 2, 2), ("v5", 8, 4, 2, 1),
+         ("v5", 8, 2, 2, 3)]
+# Besides SIZE^3 the sweep times the other benchmark shape, where the rungs must also climb (v5 and v6a tied there).
+SWEEP_SHAPE = (3000, 2000, 1500)
 # Left out: 512-thread tiles (they need BK = 16, and then exceed 48 KB of static shared memory) and
 # tiles with fewer float4s of A than threads (the sources' static_assert refuses them).
 
@@ -184,6 +189,9 @@ def main() -> int:
     parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "sgemm-ladder"))
     parser.add_argument("--no-sweep", action="store_true")
     args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("no CUDA GPU here: the ladder's kernels need one; nothing measured")
+        return 0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     course.device.configure("gpu")
@@ -243,8 +251,10 @@ def main() -> int:
 
     if not args.no_sweep:
         print("\nother tiles (BK, WARPS_M x WARPS_N warps of 32 x 64, MIN_BLOCKS): the notebook's default first")
+        other = "x".join(map(str, SWEEP_SHAPE))
         print(f"{'':>5}{'BK':>4}{'warps':>7}{'min':>5}{'regs':>6}{'stack B':>8}{'GFLOP/s':>10}{'of cuBLAS':>11}"
-              f"{'worst error':>13}")
+              f"{other + ' of cuBLAS':>26}{'worst error':>13}")
+        a2, b2 = operands(SWEEP_SHAPE[0], SWEEP_SHAPE[1], SWEEP_SHAPE[2], 0)
         sweep = []
         for version, bk, warps_m, warps_n, min_blocks in SWEEP:
             entry: dict[str, Any] = {"version": version, "BK": bk, "WARPS_M": warps_m, "WARPS_N": warps_n,
@@ -257,12 +267,16 @@ def main() -> int:
                 for m, n, k in ((127, 129, 131), (1000, 1030, 515), (300, 260, 72)):
                     x, y = operands(m, n, k, 0)
                     worst = max(worst, relative_error(launch(x, y), x.double() @ y.double()))
-                library = time_rate(cublas, a, b)
+                library, library2 = time_rate(cublas, a, b), time_rate(cublas, a2, b2)
                 rate = time_rate(launch, a, b) if worst <= 1e-5 else 0.0
+                rate2 = time_rate(launch, a2, b2) if worst <= 1e-5 else 0.0
                 entry.update(compile_seconds=seconds, registers=sass.get("registers"), stack=sass.get("stack"),
-                             gflops=rate, cublas_gflops=library, vs_cublas=rate / library, worst_error=worst)
+                             gflops=rate, cublas_gflops=library, vs_cublas=rate / library, worst_error=worst,
+                             other_shape={"shape": list(SWEEP_SHAPE), "gflops": rate2, "cublas_gflops": library2,
+                                          "vs_cublas": rate2 / library2})
                 print(f"{version:>5}{bk:>4}{f'{warps_m}x{warps_n}':>7}{min_blocks:>5}{sass.get('registers', '?'):>6}"
-                      f"{sass.get('stack', '?'):>8}{rate:>10.0f}{rate / library:>11.1%}{worst:>13.1e}")
+                      f"{sass.get('stack', '?'):>8}{rate:>10.0f}{rate / library:>11.1%}{rate2 / library2:>26.1%}"
+                      f"{worst:>13.1e}")
             except Exception as error:  # a configuration that does not compile or launch: say so, go on
                 entry["error"] = f"{type(error).__name__}: {error}"[:300]
                 print(f"{version:>5}{bk:>4}{f'{warps_m}x{warps_n}':>7}{min_blocks:>5}  {entry['error'][:80]}")
