@@ -48,7 +48,8 @@ TITLES = {
 # under a later name costs speed points. v7 (128 x 256 or 128 x 128 tiles, one block an SM) measured 0.909 of
 # cuBLAS at 4096^3 and 0.995 at 3000 x 2000 x 1500 on an H100 (bench/RESULTS.md, session 14's tile sweep), and
 # through the judge on an H200 0.92 and 0.99, then 0.915 and 0.953 (session 19). Its full credit (a geometric
-# mean of 0.86) sits above v6b's own (about 0.78), so that v6b's kernel under v7's name loses points.
+# mean of 0.84) sits above v6b's own (about 0.78), so that v6b's kernel under v7's name loses points, and below
+# the 0.86 of the 128 x 256 tile without the choice by shape (0.909 and 0.819 on the H100), a v7 all the same.
 BANDS: dict[str, tuple[tuple[float, float], ...]] = {
     "v1": ((0.03, 0.5), (0.05, 1.0)),
     "v2": ((0.05, 0.5), (0.08, 1.0)),
@@ -57,7 +58,7 @@ BANDS: dict[str, tuple[tuple[float, float], ...]] = {
     "v5": ((0.28, 0.5), (0.40, 1.0)),
     "v6a": ((0.35, 0.5), (0.50, 1.0)),
     "v6b": ((0.35, 0.25), (0.45, 0.5), (0.55, 0.75), (0.65, 1.0)),
-    "v7": ((0.70, 0.25), (0.76, 0.5), (0.82, 0.75), (0.86, 1.0)),
+    "v7": ((0.70, 0.25), (0.76, 0.5), (0.80, 0.75), (0.84, 1.0)),
 }
 POINTS = {"v1": 1.0, "v2": 1.0, "v3": 1.0, "v4": 1.0, "v5": 2.0, "v6a": 2.0, "v6b": 3.0, "v7": 2.0}
 
