@@ -1,12 +1,13 @@
-"""A cell's time limit that counts only the time its run could run, not the seconds the GPU gate kept it stopped.
+"""A run's time limits (a cell's, the kernel's start) that count only the time it could run, not the seconds the
+GPU gate kept it stopped.
 
 The gate stops a notebook run (SIGSTOP to all its processes) while a judge times on the run's GPU. A cell frozen
-for a minute behind other notebooks' judges did not run for that minute, so its limit must not count it. Papermill's
-own limit is wall time (a deadline on the monotonic clock, which runs on while a process is stopped), so the run
-waits for each reply in short rounds and decides at the end of each round from ``RunClock``: a clock that stands
-still while the process is stopped. Its thread ticks every ``tick`` seconds; a longer gap between two ticks means
-the process was stopped (or starved of CPU), and at most ``gap`` seconds of it count. The notebook's overall limit,
-kept outside the sandbox and net of the gate's frozen seconds, still bounds the whole run.
+for a minute behind other notebooks' judges did not run for that minute, so its limit must not count it; nor must
+the limit on the kernel's first reply. Papermill's limits are wall time (deadlines on a clock that runs on while a
+process is stopped), so the run waits in short rounds and decides at the end of each round from ``RunClock``: a
+clock that stands still while the process is stopped. Its thread ticks every ``tick`` seconds; a longer gap
+between two ticks means the process was stopped (or starved of CPU), and at most ``gap`` seconds of it count. The
+notebook's overall limit, kept outside the sandbox and net of the gate's frozen seconds, still bounds the whole run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from nbclient.util import ensure_async, run_hook, run_sync
 from papermill.clientwrap import PapermillNotebookClient
 from papermill.engines import NBClientEngine
 from papermill.log import logger
@@ -63,7 +65,8 @@ class RunClock:
 
 
 class CellLimitClient(PapermillNotebookClient):
-    """Papermill's client with each cell's limit read from a ``RunClock``; ``timeout`` is the length of a round."""
+    """Papermill's client with each cell's limit, and the kernel's start, read from a ``RunClock``; ``timeout`` is
+    the length of a round."""
 
     def __init__(self, nb_man: Any, cell_limit: float, clock: RunClock, **options: Any) -> None:
         super().__init__(nb_man, timeout=min(ROUND_SECONDS, max(1, math.ceil(cell_limit))), **options)
@@ -71,10 +74,35 @@ class CellLimitClient(PapermillNotebookClient):
         self._cell_began = 0.0
         self._last_round_end: float | None = None
 
+    async def async_start_new_kernel_client(self) -> Any:
+        """The kernel's client, once the kernel answers; ``startup_timeout`` seconds on the run's clock at most."""
+        began = self.clock.seconds()
+        try:
+            self.kc = self.km.client()
+            await ensure_async(self.kc.start_channels())
+            while True:
+                try:
+                    await ensure_async(self.kc.wait_for_ready(timeout=ROUND_SECONDS))
+                    break
+                except RuntimeError as error:  # a kernel that died is final; one that is slow, a round's end
+                    if "didn't respond" not in str(error) or self.clock.seconds() - began >= self.startup_timeout:
+                        raise
+        except Exception:
+            await self._async_cleanup_kernel()
+            raise
+        self.kc.allow_stdin = False
+        await run_hook(self.on_notebook_start, notebook=self.nb)
+        return self.kc
+
+    # nbclient's blocking forms wrap the base class's coroutines; papermill calls these, so wrap the ones above.
+    start_new_kernel_client = run_sync(async_start_new_kernel_client)
+
     async def async_execute_cell(self, cell: Any, cell_index: int, execution_count: int | None = None,
                                  store_history: bool = True) -> Any:
         self._cell_began, self._last_round_end = self.clock.seconds(), None
         return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+
+    execute_cell = run_sync(async_execute_cell)
 
     async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> None | dict[str, Any]:
         if self.clock.seconds() - self._cell_began >= self.cell_limit:
