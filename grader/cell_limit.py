@@ -4,10 +4,11 @@ GPU gate kept it stopped.
 The gate stops a notebook run (SIGSTOP to all its processes) while a judge times on the run's GPU. A cell frozen
 for a minute behind other notebooks' judges did not run for that minute, so its limit must not count it; nor must
 the limit on the kernel's first reply. Papermill's limits are wall time (deadlines on a clock that runs on while a
-process is stopped), so the run waits in short rounds and decides at the end of each round from ``RunClock``: a
-clock that stands still while the process is stopped. Its thread ticks every ``tick`` seconds; a longer gap
-between two ticks means the process was stopped (or starved of CPU), and at most ``gap`` seconds of it count. The
-notebook's overall limit, kept outside the sandbox and net of the gate's frozen seconds, still bounds the whole run.
+process is stopped), so the run waits in rounds of at most 5 s and decides at the end of each round (a limit is
+noticed within a round of its passing) from ``RunClock``: a clock that stands still while the process is stopped.
+Its thread ticks every ``tick`` seconds; a longer gap between two ticks means the process was stopped (or starved of
+CPU), and at most ``gap`` seconds of it count. The notebook's overall limit, kept outside the sandbox and net of the
+gate's frozen seconds, still bounds the whole run.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ ROUND_SECONDS = 5  # the longest wait for a reply before the run's clock is read
 
 
 class RunClock:
-    """Seconds of running time since ``start()``: wall time less the gaps longer than ``gap`` between ticks."""
+    """Seconds of running time since it was made: wall time less what exceeds ``gap`` of each gap between ticks."""
 
     def __init__(self, tick: float = 0.1, gap: float = 0.5, now: Callable[[], float] = time.monotonic) -> None:
         self._tick, self._gap, self._now = tick, gap, now
