@@ -472,9 +472,11 @@ def _execution_options(parser: argparse.ArgumentParser) -> None:
                         help='JSON list of benchmark shapes, e.g. "[[2048,2048,2048]]", used by the specs whose shapes '
                              'have that many sizes (default: each spec\'s own)')
     parser.add_argument("--cell-timeout", type=float, default=600.0,
-                        help="seconds one cell may run (default: %(default)g; make: CELL_TIMEOUT)")
+                        help="seconds one cell may run, not counting time the run spends stopped while a judge "
+                             "holds its GPU (default: %(default)g; make: CELL_TIMEOUT)")
     parser.add_argument("--notebook-timeout", type=float, default=1800.0,
-                        help="seconds one notebook may run, all cells (default: %(default)g; make: NOTEBOOK_TIMEOUT)")
+                        help="seconds one notebook may run, all cells, counted the same way (default: %(default)g; "
+                             "make: NOTEBOOK_TIMEOUT)")
     parser.add_argument("--judge-timeout", type=float, default=900.0,
                         help="seconds the judge may spend on one notebook: replay, checks and timing "
                              "(default: %(default)g; make: JUDGE_TIMEOUT)")
