@@ -1,4 +1,5 @@
-"""A cell's limit counts the time its run could run: not the seconds the GPU gate kept the run stopped."""
+"""A run's limits (each cell's, the kernel's start) count the time it could run, not the seconds the GPU gate kept
+the run stopped."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def test_the_clock_counts_ticks_and_at_most_a_gap_of_a_long_pause():
 
 
 _CLOCK_CHILD = """
-import sys, time
-from grader.cell_limit import CellLimitClient, RunClock
+import time
+from grader.cell_limit import RunClock
 with RunClock() as clock:
     began = time.monotonic()
     print("ready", flush=True)
