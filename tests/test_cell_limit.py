@@ -17,6 +17,7 @@ from grader import results, sandbox
 from grader.cell_limit import CellLimitClient, RunClock
 from grader.execute import Job, execute
 from grader.gpu_gate import GpuGate
+from tests.test_execute import _notebook
 
 
 def test_the_clock_counts_ticks_and_at_most_a_gap_of_a_long_pause():
@@ -57,14 +58,6 @@ def test_a_stopped_process_s_clock_stands_still():
     assert child.wait(timeout=30) == 0
     # 3 s counted took the 2 s stop less the most a gap counts (0.5 s) longer on the wall
     assert 3.0 <= counted <= 3.3 and wall >= 4.4, (counted, wall)
-
-
-def _notebook(folder, *sources):
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
-    folder.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(folder / "nb.ipynb"))
-    return folder / "nb.ipynb"
 
 
 def _run_frozen(tmp_path, cell_seconds: float, frozen: float, **limits):
@@ -170,3 +163,16 @@ def test_a_kernel_that_runs_and_never_answers_is_late():
     with pytest.raises(RuntimeError, match="didn't respond"):
         client.start_new_kernel_client()
     assert kernel.asked == 2 and cleaned  # 5 s a round: over the limit after the second
+
+
+def test_a_cell_that_stops_the_runner_s_clock_still_meets_the_notebook_s_limit(tmp_path):
+    # The cell limit is kept inside the sandbox, where student code could stop the process that keeps it (its
+    # clock then stands still). The notebook's limit is kept outside, by the grader: the run still ends there.
+    work = tmp_path / "work"
+    path = _notebook(work, "import os, signal, time\nos.kill(os.getppid(), signal.SIGSTOP)\ntime.sleep(600)")
+    job = Job(notebook=str(path), workdir=str(work), device="cpu", log=str(tmp_path / "run.log"),
+              sandbox=sandbox.unavailable_reason() is None, cell_timeout=3, notebook_timeout=15)
+    began = time.monotonic()
+    outcome = execute(job)
+    assert outcome.status == results.TIMEOUT and "notebook" in outcome.message, outcome.message
+    assert time.monotonic() - began < 60
