@@ -36,6 +36,13 @@ from grader.layout import CourseNotebook, course_notebooks
 NBFORMAT_VERSION = 4
 HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"  # matched as nbgrader's ClearHiddenTests matches it
 HIDDEN_DEFAULT_NOTE = "the grader checks the value of your answer"
+# A solution region opened with this marker holds definitions only the reference uses (a second kernel for shapes
+# the exercise does not ask students to treat apart): the student's copy loses the whole region, with no stub.
+REFERENCE_ONLY = "### BEGIN SOLUTION (reference only)"
+
+
+class ReleaseError(ValueError):
+    """A solution notebook that the release rules cannot turn into a student notebook."""
 
 
 class ClearSolutionsAndAnswers(ClearSolutions):
@@ -48,6 +55,8 @@ class ClearSolutionsAndAnswers(ClearSolutions):
     def preprocess_cell(self, cell: NotebookNode, resources: dict[str, Any], cell_index: int
                         ) -> tuple[NotebookNode, dict[str, Any]]:
         where = resources["nbgrader"]
+        if cell.cell_type == "code" and is_solution(cell) and REFERENCE_ONLY in cell.source:
+            cell.source = without_reference_only(cell.source, self.end_solution_delimeter)
         quiz = {answer.name for answer in answers.QUIZZES.get(f"{where['assignment']}/{where['notebook']}", ())}
         if quiz and cell.cell_type == "code" and is_solution(cell):
             stubbed, answered = self._stub_regions(cell.source, self.code_stub[resources["language"]], quiz)
@@ -73,6 +82,29 @@ class ClearSolutionsAndAnswers(ClearSolutions):
             else:
                 lines.append(line)
         return "\n".join(lines), answered and region is None
+
+
+def without_reference_only(source: str, end_marker: str) -> str:
+    """``source`` without its reference-only regions: each must stand at the top level and hold only definitions."""
+    kept: list[str] = []
+    region: list[str] | None = None
+    for line in source.split("\n"):
+        if line.strip() == REFERENCE_ONLY:
+            if line != REFERENCE_ONLY or region is not None:
+                raise ReleaseError(f"{REFERENCE_ONLY!r} must start a line of its own, outside any other region")
+            region = []
+        elif region is not None and end_marker in line:
+            body = ast.parse("\n".join(region)).body
+            if not body or not all(isinstance(node, ast.FunctionDef | ast.ClassDef) for node in body):
+                raise ReleaseError(f"a region after {REFERENCE_ONLY!r} may hold only function and class definitions")
+            region = None
+        elif region is not None:
+            region.append(line)
+        else:
+            kept.append(line)
+    if region is not None:
+        raise ReleaseError(f"a region after {REFERENCE_ONLY!r} is never closed")
+    return re.sub(r"\n{3,}", "\n\n\n", "\n".join(kept)).strip("\n")
 
 
 def _answer_name(region: str, quiz: set[str]) -> str | None:

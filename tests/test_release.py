@@ -61,3 +61,28 @@ def test_performance_cells_match_their_spec():
         cell = cells[spec.grade_id(threshold)]
         assert float(cell.metadata.nbgrader["points"]) == threshold.points
         assert f'"{threshold.name}"' in cell.source
+
+
+def test_a_reference_only_region_leaves_no_trace_in_the_student_copy():
+    source = ("@triton.jit\ndef kernel(x):\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION\n\n\n"
+              f"{release.REFERENCE_ONLY}\n@triton.jit\ndef helper(x):\n    pass\n### END SOLUTION\n\n\n"
+              "def wrapper(x):\n    ### BEGIN SOLUTION\n    return helper(x)\n    ### END SOLUTION")
+    kept = release.without_reference_only(source, "END SOLUTION")
+    assert "helper" not in kept.replace("return helper(x)", "")
+    assert kept.count("\n\n\n") == 1 and kept.startswith("@triton.jit\ndef kernel") and "def wrapper" in kept
+
+
+@pytest.mark.parametrize("region", [
+    "    ### BEGIN SOLUTION (reference only)\n    def helper(): pass\n    ### END SOLUTION",  # indented
+    "### BEGIN SOLUTION (reference only)\nHELPER = 1\n### END SOLUTION",  # not a definition
+    "### BEGIN SOLUTION (reference only)\ndef helper(): pass",  # never closed
+])
+def test_a_reference_only_region_that_would_leave_a_broken_student_copy_is_refused(region):
+    with pytest.raises(release.ReleaseError):
+        release.without_reference_only(region, "END SOLUTION")
+
+
+def test_the_reference_s_second_transpose_kernel_is_not_in_the_student_copy():
+    notebook = next(nb for nb in NOTEBOOKS if nb.key == "week2/day2_coalescing")
+    assert "transpose_salign_kernel" in notebook.solution_path.read_text()
+    assert "salign" not in notebook.student_path.read_text()
