@@ -55,15 +55,17 @@ SPEC = register(
             cpu=(),
         ),
         thresholds=(
-            # Measured on an H100 (bench/RESULTS.md): the reference (64 x 64 tiles) reached 0.98 and 0.97 of
-            # torch's copy on the two aligned shapes and 0.77 on the odd one (rows not 16-byte aligned: no
-            # vector loads), 0.90 on the geometric mean; the naive transposes 0.31 (strided reads) and 0.14
-            # (strided writes). Full points at 0.80 leave room for drift and other GPUs; the naive ones get none.
+            # Measured on an H100 (bench/RESULTS.md): the tiled kernel (64 x 64 tiles) reached 0.97 of torch's copy
+            # on the two aligned shapes and 0.71-0.77 on the odd one, about 0.88 on the geometric mean; the naive
+            # transposes 0.31 (strided reads) and 0.14 (strided writes). Full points at 0.80 leave room for drift
+            # and other GPUs; the naive ones get none.
             vs_library("vs_copy", "torch copying the same matrix", 2.0,
                        ((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
                        "fp32, exact; GB/s against torch's copy (Tensor.clone) of the same matrix", unit="GB/s"),
-            # Full points at 90%: the reference itself measures about 1.0, give or take the run's noise.
-            vs_reference(2.0, ((0.50, 0.25), (0.70, 0.5), (0.80, 0.75), (0.90, 1.0)),
+            # The reference writes sector-aligned runs where a side is no multiple of 16 (0.94 of copy at 5003 x
+            # 12007 on an H100, against the tiled kernel's 0.71): the tiled kernel the notebook asks for is about 0.91
+            # of it on the geometric mean, so full points start at 0.85.
+            vs_reference(2.0, ((0.45, 0.25), (0.65, 0.5), (0.75, 0.75), (0.85, 1.0)),
                          "fp32, exact; GB/s against the course's reference transpose", unit="GB/s"),
         ),
         notebook="week2/day2_coalescing",
