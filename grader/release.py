@@ -56,7 +56,7 @@ class ClearSolutionsAndAnswers(ClearSolutions):
                         ) -> tuple[NotebookNode, dict[str, Any]]:
         where = resources["nbgrader"]
         if cell.cell_type == "code" and is_solution(cell) and REFERENCE_ONLY in cell.source:
-            cell.source = without_reference_only(cell.source, self.end_solution_delimeter)
+            cell.source = split_reference_only(cell.source, self.end_solution_delimeter)[0]
         quiz = {answer.name for answer in answers.QUIZZES.get(f"{where['assignment']}/{where['notebook']}", ())}
         if quiz and cell.cell_type == "code" and is_solution(cell):
             stubbed, answered = self._stub_regions(cell.source, self.code_stub[resources["language"]], quiz)
@@ -84,9 +84,11 @@ class ClearSolutionsAndAnswers(ClearSolutions):
         return "\n".join(lines), answered and region is None
 
 
-def without_reference_only(source: str, end_marker: str) -> str:
-    """``source`` without its reference-only regions: each must stand at the top level and hold only definitions."""
+def split_reference_only(source: str, end_marker: str) -> tuple[str, set[str]]:
+    """``source`` without its reference-only regions, and the names those regions bound. Each region must stand at
+    the top level and hold only function and class definitions and assignments to plain names."""
     kept: list[str] = []
+    names: set[str] = set()
     region: list[str] | None = None
     for line in source.split("\n"):
         if line.strip() == REFERENCE_ONLY:
@@ -94,9 +96,7 @@ def without_reference_only(source: str, end_marker: str) -> str:
                 raise ReleaseError(f"{REFERENCE_ONLY!r} must start a line of its own, outside any other region")
             region = []
         elif region is not None and end_marker in line:
-            body = ast.parse("\n".join(region)).body
-            if not body or not all(isinstance(node, ast.FunctionDef | ast.ClassDef) for node in body):
-                raise ReleaseError(f"a region after {REFERENCE_ONLY!r} may hold only function and class definitions")
+            names |= _bound_names("\n".join(region))
             region = None
         elif region is not None:
             region.append(line)
@@ -104,7 +104,35 @@ def without_reference_only(source: str, end_marker: str) -> str:
             kept.append(line)
     if region is not None:
         raise ReleaseError(f"a region after {REFERENCE_ONLY!r} is never closed")
-    return re.sub(r"\n{3,}", "\n\n\n", "\n".join(kept)).strip("\n")
+    return re.sub(r"\n{3,}", "\n\n\n", "\n".join(kept)).strip("\n"), names
+
+
+def _bound_names(region: str) -> set[str]:
+    names: set[str] = set()
+    body = ast.parse(region).body
+    for node in body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets):
+            names.update(target.id for target in node.targets)
+        else:
+            body = []
+            break
+    if not body:
+        raise ReleaseError(f"a region after {REFERENCE_ONLY!r} may hold only definitions and assignments to names")
+    return names
+
+
+def check_reference_only_unused(solution: NotebookNode, master: NotebookNode, end_marker: str) -> None:
+    """Refuse a master copy that still names what a reference-only region defined: the student's copy would break."""
+    removed: set[str] = set()
+    for cell in solution.cells:
+        if cell.cell_type == "code" and REFERENCE_ONLY in cell.source:
+            removed |= split_reference_only(cell.source, end_marker)[1]
+    for cell in master.cells:
+        used = {name for name in removed if cell.cell_type == "code" and re.search(rf"\b{name}\b", cell.source)}
+        if used:
+            raise ReleaseError(f"the student's copy would still use {sorted(used)}, defined only for the reference")
 
 
 def _answer_name(region: str, quiz: set[str]) -> str | None:
@@ -146,8 +174,11 @@ def master_version(notebook: CourseNotebook) -> NotebookNode:
 
 @functools.lru_cache(maxsize=64)
 def _master_copy(notebook: CourseNotebook, mtime_ns: int, size: int, quiz: tuple[Any, ...]) -> NotebookNode:
-    nb = read(notebook.solution_path)
-    return _apply([LockCells(), ClearSolutionsAndAnswers(), ClearOutput(), ComputeChecksums()], nb, notebook)
+    solution = read(notebook.solution_path)
+    clear = ClearSolutionsAndAnswers()
+    master = _apply([LockCells(), clear, ClearOutput(), ComputeChecksums()], copy.deepcopy(solution), notebook)
+    check_reference_only_unused(solution, master, clear.end_solution_delimeter)
+    return master
 
 
 def hidden_test_notes(nb: NotebookNode) -> dict[str, str]:

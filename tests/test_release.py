@@ -1,5 +1,6 @@
 """Student notebooks are generated from solutions/, hold only stubs, and never drift."""
 
+import copy
 import json
 
 import nbformat
@@ -67,22 +68,31 @@ def test_a_reference_only_region_leaves_no_trace_in_the_student_copy():
     source = ("@triton.jit\ndef kernel(x):\n    ### BEGIN SOLUTION\n    pass\n    ### END SOLUTION\n\n\n"
               f"{release.REFERENCE_ONLY}\n@triton.jit\ndef helper(x):\n    pass\n### END SOLUTION\n\n\n"
               "def wrapper(x):\n    ### BEGIN SOLUTION\n    return helper(x)\n    ### END SOLUTION")
-    kept = release.without_reference_only(source, "END SOLUTION")
-    assert "helper" not in kept.replace("return helper(x)", "")
+    kept, removed = release.split_reference_only(source, "END SOLUTION")
+    assert removed == {"helper"} and "helper" not in kept.replace("return helper(x)", "")
     assert kept.count("\n\n\n") == 1 and kept.startswith("@triton.jit\ndef kernel") and "def wrapper" in kept
 
 
 @pytest.mark.parametrize("region", [
     "    ### BEGIN SOLUTION (reference only)\n    def helper(): pass\n    ### END SOLUTION",  # indented
-    "### BEGIN SOLUTION (reference only)\nHELPER = 1\n### END SOLUTION",  # not a definition
+    "### BEGIN SOLUTION (reference only)\nprint(1)\n### END SOLUTION",  # neither a definition nor an assignment
     "### BEGIN SOLUTION (reference only)\ndef helper(): pass",  # never closed
 ])
 def test_a_reference_only_region_that_would_leave_a_broken_student_copy_is_refused(region):
     with pytest.raises(release.ReleaseError):
-        release.without_reference_only(region, "END SOLUTION")
+        release.split_reference_only(region, "END SOLUTION")
 
 
 def test_the_reference_s_second_transpose_kernel_is_not_in_the_student_copy():
     notebook = next(nb for nb in NOTEBOOKS if nb.key == "week2/day2_coalescing")
     assert "transpose_salign_kernel" in notebook.solution_path.read_text()
     assert "salign" not in notebook.student_path.read_text()
+
+
+def test_a_master_copy_that_still_uses_a_reference_only_name_is_refused():
+    solution = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "### BEGIN SOLUTION (reference only)\nHELPER_SOURCE = 'x'\n### END SOLUTION\nkernel = compile(HELPER_SOURCE)")])
+    master = copy.deepcopy(solution)
+    master.cells[0].source = release.split_reference_only(master.cells[0].source, "END SOLUTION")[0]
+    with pytest.raises(release.ReleaseError, match="HELPER_SOURCE"):
+        release.check_reference_only_unused(solution, master, "END SOLUTION")
