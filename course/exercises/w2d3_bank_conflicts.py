@@ -50,9 +50,12 @@ SPEC = register(
             # leave room for drift; the conflicted kernel earns nothing here.
             vs_library("vs_copy", "torch's copy", 2.0, ((0.60, 0.25), (0.66, 0.5), (0.71, 0.75), (0.75, 1.0)),
                        "fp32, exact (a copy) against torch copying the same matrix", unit="GB/s"),
-            # The conflicted kernel measured 0.62 of the padded one (geometric mean, H100): it earns nothing. A
-            # padded kernel with the given loops reached 0.96 of the reference with constant-count loops (H100).
-            vs_reference(2.0, ((0.70, 0.25), (0.80, 0.5), (0.86, 0.75), (0.92, 1.0)),
+            # The reference's second kernel (sector-aligned runs, for a row count that is no multiple of 8) took
+            # 3001 x 5003 from 0.69 to 0.94 of copy on an H100 (bench script) and to 0.85 on an H200 (the judge).
+            # Against that reference a padded kernel with constant-count loops is about 0.92 on the H100 and measured
+            # 0.89 on the H200; with the given loops about 0.89 on the H100; the conflicted kernel about 0.57 on the
+            # H100 and 0.49 on the H200. Full points at 0.82 leave the given loops room; nothing below 0.62.
+            vs_reference(2.0, ((0.62, 0.25), (0.70, 0.5), (0.76, 0.75), (0.82, 1.0)),
                          "fp32, exact, against the course's padded kernel", unit="GB/s"),
         ),
         notebook="week2/day3_bank_conflicts",
