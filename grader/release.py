@@ -36,8 +36,9 @@ from grader.layout import CourseNotebook, course_notebooks
 NBFORMAT_VERSION = 4
 HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"  # matched as nbgrader's ClearHiddenTests matches it
 HIDDEN_DEFAULT_NOTE = "the grader checks the value of your answer"
-# A solution region opened with this marker holds definitions only the reference uses (a second kernel for shapes
-# the exercise does not ask students to treat apart): the student's copy loses the whole region, with no stub.
+# A solution region opened with this marker holds what only the reference uses (a second kernel for shapes the
+# exercise does not ask students to treat apart, its source and module): the student's copy loses the whole region,
+# with no stub.
 REFERENCE_ONLY = "### BEGIN SOLUTION (reference only)"
 
 
@@ -57,6 +58,8 @@ class ClearSolutionsAndAnswers(ClearSolutions):
         where = resources["nbgrader"]
         if cell.cell_type == "code" and is_solution(cell) and REFERENCE_ONLY in cell.source:
             cell.source = split_reference_only(cell.source, self.end_solution_delimeter)[0]
+            if self.begin_solution_delimeter not in cell.source:  # nbgrader would stub the whole cell
+                raise ReleaseError(f"a cell with a region after {REFERENCE_ONLY!r} needs a region the student writes")
         quiz = {answer.name for answer in answers.QUIZZES.get(f"{where['assignment']}/{where['notebook']}", ())}
         if quiz and cell.cell_type == "code" and is_solution(cell):
             stubbed, answered = self._stub_regions(cell.source, self.code_stub[resources["language"]], quiz)
@@ -108,19 +111,16 @@ def split_reference_only(source: str, end_marker: str) -> tuple[str, set[str]]:
 
 
 def _bound_names(region: str) -> set[str]:
-    names: set[str] = set()
-    body = ast.parse(region).body
-    for node in body:
-        if isinstance(node, ast.FunctionDef | ast.ClassDef):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign) and all(isinstance(target, ast.Name) for target in node.targets):
-            names.update(target.id for target in node.targets)
-        else:
-            body = []
-            break
-    if not body:
+    try:
+        body = ast.parse(region).body
+    except SyntaxError as error:
+        raise ReleaseError(f"a region after {REFERENCE_ONLY!r} is not valid Python: {error}") from None
+    definitions = [node for node in body if isinstance(node, ast.FunctionDef | ast.ClassDef)]
+    assignments = [node for node in body if isinstance(node, ast.Assign)
+                   and all(isinstance(target, ast.Name) for target in node.targets)]
+    if not body or len(definitions) + len(assignments) < len(body):
         raise ReleaseError(f"a region after {REFERENCE_ONLY!r} may hold only definitions and assignments to names")
-    return names
+    return {node.name for node in definitions} | {target.id for node in assignments for target in node.targets}
 
 
 def check_reference_only_unused(solution: NotebookNode, master: NotebookNode, end_marker: str) -> None:

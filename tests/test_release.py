@@ -77,6 +77,7 @@ def test_a_reference_only_region_leaves_no_trace_in_the_student_copy():
     "    ### BEGIN SOLUTION (reference only)\n    def helper(): pass\n    ### END SOLUTION",  # indented
     "### BEGIN SOLUTION (reference only)\nprint(1)\n### END SOLUTION",  # neither a definition nor an assignment
     "### BEGIN SOLUTION (reference only)\ndef helper(): pass",  # never closed
+    "### BEGIN SOLUTION (reference only)\ndef helper(:\n### END SOLUTION",  # not Python
 ])
 def test_a_reference_only_region_that_would_leave_a_broken_student_copy_is_refused(region):
     with pytest.raises(release.ReleaseError):
@@ -96,3 +97,11 @@ def test_a_master_copy_that_still_uses_a_reference_only_name_is_refused():
     master.cells[0].source = release.split_reference_only(master.cells[0].source, "END SOLUTION")[0]
     with pytest.raises(release.ReleaseError, match="HELPER_SOURCE"):
         release.check_reference_only_unused(solution, master, "END SOLUTION")
+
+
+def test_a_cell_whose_only_region_is_reference_only_is_refused():
+    cell = nbformat.v4.new_code_cell("KEPT = 1\n### BEGIN SOLUTION (reference only)\nHELPER = 2\n### END SOLUTION")
+    cell.metadata["nbgrader"] = {"solution": True, "grade": False, "grade_id": "c", "locked": False}
+    resources = {"nbgrader": {"assignment": "a", "notebook": "n"}, "language": "python"}
+    with pytest.raises(release.ReleaseError, match="needs a region the student writes"):
+        release.ClearSolutionsAndAnswers().preprocess_cell(cell, resources, 0)
