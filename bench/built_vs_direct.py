@@ -5,8 +5,8 @@
 For every CUDA module in OUT's run folders (``runs/*/*/*/built/index.json``) this compiles the same source with
 the same options through ``course.cuda.nvrtc_compile`` here, says whether the two images are byte-identical and
 which NVRTC this process has, and times Week 2 Day 3's ``transpose_salign`` from each image beside torch's copy at
-3001 x 5003 (bench/RESULTS.md, session 20: the judge timed it at 0.83-0.84 of copy, a direct call at 0.71-0.73),
-with the timing's heater on and off.
+3001 x 5003, twice (bench/RESULTS.md, session 20: the judge timed it at 0.83-0.84 of copy, a direct call at
+0.71-0.73, because of the heater ``course.bench`` had then; session 21 replaced it with a spin).
 GPU only; on a CPU it says so and exits 0.
 """
 
@@ -80,19 +80,14 @@ def main(argv: list[str] | None = None) -> int:
     if salign:
         entries = [timed_salign(salign["built"]), timed_salign(salign["here"]),
                    bench.Timed(torch.Tensor.clone, lambda i: (torch.randn(SHAPE, device="cuda"),))]
-        heater = bench._get_heater()
-        heated = heater.repeats
-        for repeats in (heated, 0, heated, 0):
-            # 0: no heater, so the GPU idles between calls (its clocks, and the host's launch inside the timing)
-            heater.repeats = repeats
+        for _ in range(2):
             timings = bench.time_interleaved(entries)
             copy_ms = timings[2].median_ms
             ratios = {"built": copy_ms / timings[0].median_ms, "here": copy_ms / timings[1].median_ms,
-                      "heater_repeats": repeats, "copy_ms": copy_ms}
+                      "copy_ms": copy_ms}
             report.setdefault("salign_ratios", []).append(ratios)
-            print(f"transpose_salign at 3001x5003, heater repeats {repeats}, ratio to torch's copy: builder's "
-                  f"image {ratios['built']:.3f}, this process's {ratios['here']:.3f} (copy {copy_ms * 1e3:.1f} us)")
-        heater.repeats = heated
+            print(f"transpose_salign at 3001x5003, ratio to torch's copy: builder's image {ratios['built']:.3f}, "
+                  f"this process's {ratios['here']:.3f} (copy {copy_ms * 1e3:.1f} us)")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     return 0

@@ -1,5 +1,5 @@
 """Week 2 Days 4, 5 and 6: each reference launch and a few variants inside its day's technique, timed beside the
-spec's library baseline as the grader times them (course.bench.time_interleaved: L2 flushed, the heater run, every
+spec's library baseline as the grader times them (course.bench.time_interleaved: L2 flushed, a spin queued, every
 entry and the baseline in the same rounds; every timed output checked by Freivalds' test).
 
     python bench/w2d456_limit_variants.py [--days w2d4,w2d5,w2d6_fp16,w2d6_bf16] [--json FILE] [--sass FILE]
