@@ -104,13 +104,14 @@ def test_the_solution_answers_follow_from_the_bank_arithmetic():
 
 def test_the_builder_finds_every_source_and_the_padded_one_moves_the_same_elements():
     """The reference pads the given kernel's tile and runs its loops a constant count (bench/RESULTS.md, session
-    12); every load and store keeps the given kernel's indexing. Its third kernel, for odd row counts, is the
-    reference's own (session 20) and keeps a padded tile."""
+    12); every load and store keeps the given kernel's indexing. Its other two kernels, for odd row counts
+    (session 20) and for sides that are multiples of 64 (session 21), are the reference's own and keep a padded
+    tile."""
     constants = build_cuda.string_constants(list(_solution_cells().values()))
     sources = [s for s in constants.values() if "__global__" in s]
-    tiles = ("tile[TILE][TILE];", "tile[TILE][TILE + 1];", "tile[TILE + 8][TILE + 1];")
+    tiles = ("tile[TILE][TILE];", "tile[TILE][TILE + 1];", "tile[TILE + 8][TILE + 1];", "tile[64][64 + 1];")
     by_tile = {tile: [s for s in sources if f"__shared__ float {tile}" in s] for tile in tiles}
-    assert len(sources) == 3 and all(len(found) == 1 for found in by_tile.values()), by_tile.keys()
+    assert len(sources) == 4 and all(len(found) == 1 for found in by_tile.values()), by_tile.keys()
     conflicted, padded = by_tile[tiles[0]][0], by_tile[tiles[1]][0]
 
     def moves(source: str) -> list[str]:
@@ -162,3 +163,8 @@ def test_both_kernels_of_the_solution_transpose_exactly(tmp_path):
     for name in ("transpose_conflicted", "transpose_padded"):
         results = check.check(SPEC, namespace[name], "hidden") + check.check(SPEC, namespace[name], "visible")
         assert all(r.passed for r in results), [r.line() for r in results]
+    # The reference's 16-byte kernel takes sides that are multiples of 64 starting on 16 bytes; a matrix that
+    # starts 4 bytes further goes to the padded kernel.
+    for offset in (0, 1):
+        x = torch.randn(512 * 640 + offset, device="cuda")[offset:].view(512, 640)
+        assert torch.equal(namespace["transpose_padded"](x), x.t()), offset
