@@ -237,23 +237,30 @@ def time_interleaved(
 
 
 def agreement_with_do_bench(n: int = 4096, rounds: int = 3) -> dict[str, float]:
-    """course.bench against triton.testing.do_bench on torch.mm (fp16, n x n x n), interleaved.
+    """course.bench against triton.testing.do_bench on torch.mm (fp32, TF32 off, n x n x n), interleaved.
 
     A GPU's clocks drift by several percent within seconds under load, so the two are measured in
-    alternation and their medians compared; then two back-to-back course.bench runs are compared.
+    alternation and their medians compared; then two back-to-back course.bench runs are compared. fp32
+    because it keeps an H200 below its power limit back to back (do_bench at 1,965 MHz, bench/RESULTS.md,
+    session 21): an fp16 matmul timed back to back throttles, and course.bench, whose calls each start
+    on a quiet GPU, reads it 7-11% faster.
     """
     import triton.testing
 
-    a, b = (torch.randn(n, n, device="cuda", dtype=torch.float16) for _ in range(2))
+    a, b = (torch.randn(n, n, device="cuda") for _ in range(2))
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        def ours() -> float:
+            return time_calls(torch.mm, args=(a, b), min_repeats=50).median_ms
 
-    def ours() -> float:
-        return time_calls(torch.mm, args=(a, b), min_repeats=50).median_ms
-
-    pairs = [(ours(), triton.testing.do_bench(lambda: torch.mm(a, b), return_mode="median"))
-             for _ in range(rounds)]
+        pairs = [(ours(), triton.testing.do_bench(lambda: torch.mm(a, b), return_mode="median"))
+                 for _ in range(rounds)]
+        first, second = ours(), ours()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     course_ms = statistics.median(p[0] for p in pairs)
     do_bench_ms = statistics.median(p[1] for p in pairs)
-    first, second = ours(), ours()
     return {"course_bench_ms": course_ms, "do_bench_ms": do_bench_ms,
             "vs_do_bench": abs(course_ms - do_bench_ms) / do_bench_ms,
             "repeat_first_ms": first, "repeat_second_ms": second, "repeat_spread": abs(first - second) / second}
