@@ -240,10 +240,10 @@ def agreement_with_do_bench(n: int = 4096, rounds: int = 3) -> dict[str, float]:
     """course.bench against triton.testing.do_bench on torch.mm (fp32, TF32 off, n x n x n), interleaved.
 
     A GPU's clocks drift by several percent within seconds under load, so the two are measured in
-    alternation and their medians compared; then two back-to-back course.bench runs are compared. fp32
-    because it keeps an H200 below its power limit back to back (do_bench at 1,965 MHz, bench/RESULTS.md,
-    session 21): an fp16 matmul timed back to back throttles, and course.bench, whose calls each start
-    on a quiet GPU, reads it 7-11% faster.
+    alternation and their medians compared; then two back-to-back course.bench runs are compared. fp32,
+    because on an H200 the two timers agreed on it within 1.5% (bench/RESULTS.md, session 21), while an
+    fp16 matmul timed back to back lowers the GPU's clock and course.bench, whose calls each start on a
+    quiet GPU, read it 7-11% faster.
     """
     import triton.testing
 
