@@ -12,7 +12,6 @@ GPU only; on a CPU it says so and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -23,7 +22,8 @@ sys.path.insert(0, str(REPO))
 import nbformat  # noqa: E402
 import torch  # noqa: E402
 
-from course import bench, cuda, device  # noqa: E402
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
+from course import bench, cuda  # noqa: E402
 from grader.build_cuda import string_constants  # noqa: E402
 
 SHAPE = (3001, 5003)
@@ -49,13 +49,11 @@ def timed_salign(image: bytes) -> bench.Timed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     p.add_argument("out", type=Path)
-    p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     major, minor = info.compute_capability
     nvrtc = cuda._cupy().cuda.nvrtc

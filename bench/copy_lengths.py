@@ -13,7 +13,6 @@ exits 0.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,7 +24,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from course import bench, device  # noqa: E402
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
+from course import bench  # noqa: E402
 from course import spec as specs  # noqa: E402
 
 BLOCK, WARPS = 4096, 16  # the reference's launch (8 warps until session 21)
@@ -78,13 +78,11 @@ def sweep(copy: specs.ExerciseSpec) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None)
+    p = parser(__doc__)
     p.add_argument("--sweep", action="store_true", help="other block sizes and warp counts")
     args = p.parse_args(argv)
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     copy = specs.get("w1d5.copy")
     if args.sweep:

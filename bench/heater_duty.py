@@ -22,7 +22,6 @@ order, so a drift of the GPU over the run shows. GPU only; on a CPU it says so a
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import math
@@ -38,7 +37,8 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from course import bench, device  # noqa: E402
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
+from course import bench  # noqa: E402
 
 FILL_MS = 0.5
 PACES_MS = (0.0, 0.5, 2.0)
@@ -142,13 +142,11 @@ def clocks(run: Callable[[], dict]) -> tuple[dict, dict[str, float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None)
+    p = parser(__doc__)
     p.add_argument("--seconds", type=float, default=2.0, help="timing per filler and pace")
     args = p.parse_args(argv)
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     import triton.testing
 

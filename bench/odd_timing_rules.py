@@ -17,7 +17,6 @@ CPU it says so and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import json
 import sys
@@ -28,7 +27,8 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from course import bench, cuda, device  # noqa: E402
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
+from course import bench, cuda  # noqa: E402
 
 
 def _module(name: str):
@@ -97,13 +97,11 @@ def ratios(shape: tuple[int, int], functions: dict, fresh: bool, fillers: int, p
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None)
+    p = parser(__doc__)
     p.add_argument("--all", action="store_true", help="every setup (default: fixed inputs, one entry each)")
     args = p.parse_args(argv)
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     found: dict[str, dict[str, dict[str, float]]] = {}
     for case, (shape, functions) in kernels().items():

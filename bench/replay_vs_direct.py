@@ -12,7 +12,6 @@ It prints what each path loaded (cubin or PTX, and the image's size). GPU only; 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -26,7 +25,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import course  # noqa: E402
-from course import bench, cuda, device  # noqa: E402
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
+from course import bench, cuda  # noqa: E402
 from course import spec as specs  # noqa: E402
 from course.recorder import plan  # noqa: E402
 
@@ -75,12 +75,10 @@ def measure(spec, direct, shape: tuple[int, int], arch: int) -> dict[str, object
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None)
+    p = parser(__doc__)
     args = p.parse_args(argv)
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     spec = specs.get("w2d3.transpose_padded")
     namespace = solution_cells()

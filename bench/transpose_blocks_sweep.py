@@ -8,7 +8,6 @@ the launch changes. GPU only; on a CPU it says so and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -20,7 +19,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from course import bench, device  # noqa: E402
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
+from course import bench  # noqa: E402
 from course import spec as specs  # noqa: E402
 from course.spec import geometric_mean  # noqa: E402
 
@@ -53,12 +53,10 @@ def launcher(block_m: int, block_n: int, warps: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None)
+    p = parser(__doc__)
     args = p.parse_args(argv)
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     spec = specs.get("w2d2.transpose")
     functions = [(f"{m}x{n} w{w}", launcher(m, n, w)) for m, n, w in LAUNCHES]

@@ -27,7 +27,6 @@ Compute). GPU only; on a CPU it says so and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
@@ -40,7 +39,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from course import bench, device  # noqa: E402
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
+from course import bench  # noqa: E402
 from course import spec as specs  # noqa: E402
 from course.spec import geometric_mean  # noqa: E402
 
@@ -231,13 +231,11 @@ def exact(fn: Callable, is_transpose: bool, x: torch.Tensor) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None)
+    p = parser(__doc__)
     p.add_argument("--ncu", action="store_true", help="launch each variant once at the odd shape, then exit")
     args = p.parse_args(argv)
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     spec = specs.get("w2d2.transpose")
     shapes = list(spec.bench_shapes.gpu)

@@ -34,7 +34,6 @@ it says so and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Callable
@@ -46,7 +45,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from course import bench, cuda, device  # noqa: E402
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
+from course import bench, cuda  # noqa: E402
 from course import spec as specs  # noqa: E402
 from course.spec import geometric_mean  # noqa: E402
 
@@ -395,14 +395,12 @@ def exact(fn: Callable, is_transpose: bool, x: torch.Tensor) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None)
+    p = parser(__doc__)
     p.add_argument("--ncu", action="store_true", help="launch each variant once at the odd shape, then exit")
     p.add_argument("--extra", default="", help="more shapes to time, e.g. 3000x5000,3008x5008")
     args = p.parse_args(argv)
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     spec = specs.get("w2d3.transpose_padded")
     shapes = list(spec.bench_shapes.gpu)

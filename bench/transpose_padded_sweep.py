@@ -12,7 +12,6 @@ it says so and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -23,7 +22,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from course import bench, cuda, device  # noqa: E402
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
+from course import bench, cuda  # noqa: E402
 from course import spec as specs  # noqa: E402
 from course.spec import geometric_mean  # noqa: E402
 
@@ -100,12 +100,10 @@ def wrapper(source: str, tile: int, rows_per_pass: int, tiles: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None)
+    p = parser(__doc__)
     args = p.parse_args(argv)
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     spec = specs.get("w2d3.transpose_padded")
     functions = [(name, wrapper(source, tile, rows, tiles)) for name, source, tile, rows, tiles in VARIANTS]

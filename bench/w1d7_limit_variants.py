@@ -14,7 +14,6 @@ share, LDS per FFMA). GPU only; on a CPU it says so and exits 0.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 import re
@@ -30,8 +29,9 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 import triton  # noqa: E402
 
+from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
 from bench.w1d7_limit_kernels import dot_launcher, gluon_async_launcher, gluon_launcher  # noqa: E402
-from course import bench, device  # noqa: E402
+from course import bench  # noqa: E402
 from course import spec as specs  # noqa: E402
 from course.spec import geometric_mean  # noqa: E402
 
@@ -119,16 +119,14 @@ def kernel_facts(compiled) -> tuple[dict[str, object], str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--json", type=Path, default=None)
+    p = parser(__doc__)
     p.add_argument("--sass", type=Path, default=None, help="write each variant's SASS (4096^3 launch) here")
     p.add_argument("--warm", default=None, help="I/N: only compile (run once) every N-th variant from the I-th")
     p.add_argument("--set", choices=sorted(SETS), default="main", help="which variants (main: the first call's)")
     args = p.parse_args(argv)
     variants = SETS[args.set]
-    info = device.configure("auto")
-    if not info.has_gpu:
-        print(f"no GPU: nothing measured ({bench.NO_GPU})")
+    info = gpu_or_say_so()
+    if info is None:
         return 0
     if args.warm:
         first, step = map(int, args.warm.split("/"))
