@@ -69,12 +69,9 @@ def _of_fixtures(graded):
 
 def _check(result, name: str) -> None:
     expected = EXPECTED[name]
-    points = expected.gpu if ON_GPU else expected.cpu
-    assert result.status in expected.status, f"{name}: status {result.status} ({result.message})"
-    items = {i.item: i for i in result.items}
-    wrong = {item: (items[item].score, want, items[item].message[:200]) for item, want in points.items()
-             if items[item].score != want}
-    assert not wrong, f"{name}: (got, expected, message) {wrong}"
+    mismatch = expected.mismatch("gpu" if ON_GPU else "cpu", result.status, {i.item: i.score for i in result.items})
+    messages = {i.item: i.message[:200] for i in result.items}
+    assert not mismatch, f"{name}: {mismatch} ({result.message}; items: {messages})"
     if expected.tamper_note:
         assert result.integrity, f"{name}: the grader undid a change without a note"
 

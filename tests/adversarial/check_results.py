@@ -28,14 +28,11 @@ def main(out: str, device: str) -> int:
             print(f"{name:<36} NOT GRADED")
             bad += 1
             continue
-        want = expected.gpu if device == "gpu" else expected.cpu
-        items = {i.item: i.score for i in result.items}
-        wrong = {k: (items.get(k), v) for k, v in want.items() if items.get(k) != v}
-        status_ok = result.status in expected.status
+        mismatch = expected.mismatch(device, result.status, {i.item: i.score for i in result.items})
         note_ok = bool(result.integrity) or not expected.tamper_note
-        ok = not wrong and status_ok and note_ok
+        ok = not mismatch and note_ok
         bad += not ok
-        detail = "" if ok else f" status={result.status} wrong(got,want)={wrong} note={note_ok}"
+        detail = "" if ok else f" {mismatch} note={note_ok}"
         print(f"{name:<36} {'OK' if ok else 'DIFFERS'} {result.score:g}{detail}")
     print(f"{len(EXPECTED) - bad} of {len(EXPECTED)} fixtures got their expected {device} verdict")
     return 1 if bad else 0

@@ -64,6 +64,22 @@ class Expected:
     why: str = ""
     old: str = ""  # what the old, in-process design gave it (observed, see README.md)
     gpu_only: bool = field(default=False)
+    # A second verdict accepted on a GPU, (status, points), where the grader's own scheduling decides between two
+    # outcomes that are both no better than honest (see kernel_spins_forever).
+    gpu_also: tuple[str, Points] | None = None
+
+    def mismatch(self, device: str, status: str, scores: dict[str, float]) -> str:
+        """Why a result is not this verdict on ``device`` ("cpu" or "gpu"); empty when it is."""
+        verdicts = [(self.status, self.gpu if device == "gpu" else self.cpu)]
+        if device == "gpu" and self.gpu_also is not None:
+            verdicts.append(((self.gpu_also[0],), self.gpu_also[1]))
+        reasons = []
+        for statuses, points in verdicts:
+            wrong = {k: (scores.get(k), v) for k, v in points.items() if scores.get(k) != v}
+            if status in statuses and not wrong:
+                return ""
+            reasons.append(f"status {status} (want {' or '.join(statuses)}), (got, want) {wrong}")
+        return "; or ".join(reasons)
 
     @staticmethod
     def total(points: Points) -> float:
@@ -261,7 +277,10 @@ EXPECTED: dict[str, Expected] = {
         old="CPU 4, GPU 10"),
     "kernel_spins_forever": _stub_two(
         "correct kernel that loops forever when replayed more than 5 s after its recorded launch (%globaltimer)",
-        "answers judged first; a per-replay watchdog stops it and fails only the kernel's items", gpu_only=True,
+        "answers judged first; a per-replay watchdog stops it and fails only the kernel's items. A run frozen while "
+        "a judge times, between a launch's clock read and the launch, makes the kernel late in the notebook itself: "
+        "its cell is stopped at the limit (status timeout, nothing graded)", gpu_only=True,
+        gpu_also=("timeout", ZERO_GPU),
         old="GPU 0: quiz lost too, GPU busy for the judge's whole limit (H200, before issue 15)"),
     "jit_decorator_payload": _stub_two("decorator lambda runs a payload (rebinds check_one) at definition",
                                        "decorator not plain; definitions never run in the judge", old="CPU 7, GPU 7"),
@@ -338,8 +357,9 @@ def markdown_table() -> str:
         if name in OTHER_NOTEBOOKS:
             continue
         note = "tamper note" if e.tamper_note else ""
+        also = f" or {e.gpu_also[0]}: {_cell(e.gpu_also[1])}" if e.gpu_also else ""
         lines.append(f"| `{name}` | {e.mechanism} | {'yes' if e.gpu_only else ''} | {' or '.join(e.status)} "
-                     f"| {_cell(e.cpu)} | {_cell(e.gpu)} | {note} | {e.old} |")
+                     f"| {_cell(e.cpu)} | {_cell(e.gpu)}{also} | {note} | {e.old} |")
     return "\n".join(lines)
 
 
@@ -359,7 +379,8 @@ def problems() -> list[str]:
             issues.append(f"{name}: gpu-only differs between the fixture and expected.py")
         if name in OTHER_NOTEBOOKS:  # their items are checked against the master notebook by test_adversarial
             continue
-        for points in (EXPECTED[name].cpu, EXPECTED[name].gpu):
+        also = [EXPECTED[name].gpu_also[1]] if EXPECTED[name].gpu_also else []
+        for points in (EXPECTED[name].cpu, EXPECTED[name].gpu, *also):
             if set(points) != set(ITEMS) or any(v is not None and not 0 <= v <= ITEMS[k] for k, v in points.items()):
                 issues.append(f"{name}: points outside the items' ranges")
     return sorted(issues)

@@ -1,0 +1,25 @@
+"""The corpus's table of expected verdicts (tests/adversarial/expected.py): complete, and strict about a match."""
+
+from __future__ import annotations
+
+from tests.adversarial.expected import EXPECTED, STUB_TWO_GPU, ZERO_GPU, problems
+
+
+def test_every_fixture_has_a_verdict_inside_its_items_ranges():
+    assert problems() == []
+
+
+def test_a_verdict_matches_only_its_status_and_points():
+    honest = EXPECTED["honest_slow"]
+    assert honest.mismatch("gpu", "ok", honest.gpu) == ""
+    assert "timeout" in honest.mismatch("gpu", "timeout", honest.gpu)
+    assert "test_tf32" in honest.mismatch("gpu", "ok", {**honest.gpu, "test_tf32": 0})
+
+
+def test_a_second_gpu_verdict_is_accepted_on_a_gpu_only():
+    spins = EXPECTED["kernel_spins_forever"]
+    assert spins.mismatch("gpu", "ok", STUB_TWO_GPU) == ""
+    assert spins.mismatch("gpu", "timeout", ZERO_GPU) == ""
+    assert spins.mismatch("gpu", "timeout", STUB_TWO_GPU) != ""  # a timeout keeps no quiz point
+    assert spins.mismatch("gpu", "ok", ZERO_GPU) != ""
+    assert spins.mismatch("cpu", "timeout", {**spins.cpu, **{k: 0 for k in spins.cpu if spins.cpu[k]}}) != ""
