@@ -67,10 +67,6 @@ class Job:
         return Path(self.workdir) / "executed.ipynb"
 
     @property
-    def export_dir(self) -> Path:
-        return Path(self.workdir) / "export"
-
-    @property
     def outcome_path(self) -> Path:
         return Path(self.workdir) / "outcome.json"
 

@@ -197,10 +197,6 @@ class Overview:
     def missing(self) -> int:
         return sum(s.count for s in self.statuses if s.status == results.MISSING)
 
-    @property
-    def unsandboxed(self) -> int:
-        return sum(n for name, n in self.sandboxes.items() if name != "bubblewrap")
-
 
 def _statuses(all_results: list[NotebookResult], link: Callable[[NotebookResult], str]) -> list[StatusCount]:
     by_status: dict[str, list[NotebookResult]] = defaultdict(list)

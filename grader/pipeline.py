@@ -437,12 +437,6 @@ def judge_stage(task: Task, staged: Staged, gpu: str | None = None, gate: GpuGat
     return Graded(outcome, verdict)
 
 
-def run_task(task: Task) -> Graded:
-    """Run, build and judge one notebook, one stage after the other; never raises for anything the notebook does."""
-    staged = run_stage(task)
-    return judge_stage(task, build_stage(task, staged))
-
-
 def _unjudged(outcome: Outcome, verdict: dict[str, Any] | None) -> str:
     if verdict and verdict.get("error"):
         return f"not judged: {verdict['error']}"
