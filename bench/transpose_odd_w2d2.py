@@ -1,6 +1,6 @@
 """Week 2 Day 2's Triton transpose on odd shapes: how close can it get to torch's copy at 5003 x 12007?
 
-    python bench/transpose_odd_w2d2.py [--json FILE] [--ncu]
+    python bench/transpose_odd_w2d2.py [--json FILE] [--ncu] [--all]
 
 At 5003 x 12007 neither the input's rows (12007 floats) nor the output's (5003) start on 16-byte boundaries, so
 Triton, which cannot prove any alignment, issues 4-byte loads and stores everywhere, and every mask is checked per
@@ -8,17 +8,16 @@ element. Variants, each timed beside torch's copy of the same matrix in the same
 ``time_interleaved``, the judge's rules) at the spec's three benchmark shapes:
 
 - ``tile``: the course's kernel (masks everywhere), the reference's launch;
-- ``split`` (runs 1 and 2): the same, but tiles wholly inside the matrix load and store without masks;
-- ``gather``: each row's window starts on the 16-byte boundary at or after the tile's first column (``tl.multiple_of``
-  makes its loads 16 bytes wide), ``tl.gather`` shifts every row back into place, and the up to 3 floats a row's
-  window runs past the tile are stored by a second, small store;
 - ``salign``: stores in runs that start on 32-byte boundaries: a program reads BLOCK_M rows of x (8 of them shared
   with the program above), ``tl.gather`` shifts each column so that the run of BLOCK_M - 8 floats it writes into its
   row of out starts on a sector, and ``tl.multiple_of`` lets those stores be 16 bytes wide;
 - ``dispatch``: the course's kernel where both sides are multiples of 16, else ``salign 64x64 w4``;
-- limits (no transpose, runs 1-3): a 2-D tiled copy with the odd row length (4-byte accesses, rows off 16-byte
-  boundaries); runs 1 and 2 also timed a flat copy with 16-byte accesses (unmasked body), the same flat copy masked
-  everywhere (4-byte accesses) and torch's ``x.t().contiguous()`` (``flat_copier``, ``torch_transpose``).
+- with ``--all``, runs 1-3's others: ``split``, the course's kernel with no masks on tiles wholly inside the matrix;
+  ``gather``, each row's window starting on the 16-byte boundary at or after the tile's first column
+  (``tl.multiple_of`` makes its loads 16 bytes wide), ``tl.gather`` shifting every row back into place and a second,
+  small store for the up to 3 floats a window runs past the tile; and the limits without a transpose: a 2-D tiled
+  copy with the odd row length (4-byte accesses, rows off 16-byte boundaries), a flat copy with 16-byte accesses
+  (unmasked body), the same flat copy masked everywhere (4-byte accesses) and torch's ``x.t().contiguous()``.
 
 Every variant is checked exact against ``x.T`` (output poisoned with NaN first) at the benchmark shapes and at the
 spec's visible and hidden shapes. ``--ncu`` launches each variant once at 5003 x 12007 and exits (for Nsight
@@ -203,6 +202,18 @@ def torch_transpose(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.T
     return out.copy_(x.t())
 
 
+def earlier_variants() -> list[tuple[str, Callable, bool]]:
+    """With --all: runs 1-3's other variants and the limits without a transpose (session 15, on the H100)."""
+    return [
+        ("split 64x64 w4", transposer(_split_kernel, 64, 64, 4), True),
+        ("gather 64x64 w4", transposer(_gather_kernel, 64, 64, 4, extra_column=True), True),
+        ("limit: 2-D copy 64x64", tile_copier(64, 64, 4), False),
+        ("limit: flat copy, 16-byte body", flat_copier(4096, True), False),
+        ("limit: flat copy, masked", flat_copier(4096, False), False),
+        ("torch x.t().contiguous()", torch_transpose, True),
+    ]
+
+
 # (name, function, is a transpose)
 def variants() -> list[tuple[str, Callable, bool]]:
     tile = transposer(_tile_kernel, 64, 64, 4)
@@ -233,13 +244,14 @@ def exact(fn: Callable, is_transpose: bool, x: torch.Tensor) -> bool:
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
     p.add_argument("--ncu", action="store_true", help="launch each variant once at the odd shape, then exit")
+    p.add_argument("--all", action="store_true", help="also runs 1-3's other variants and the copy limits")
     args = p.parse_args(argv)
     info = gpu_or_say_so()
     if info is None:
         return 0
     spec = specs.get("w2d2.transpose")
     shapes = list(spec.bench_shapes.gpu)
-    functions = variants()
+    functions = variants() + (earlier_variants() if args.all else [])
     if args.ncu:
         x = torch.randn(shapes[-1], device="cuda")
         for name, fn, _ in functions:

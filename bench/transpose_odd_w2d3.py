@@ -1,6 +1,6 @@
 """Week 2 Day 3's padded CUDA transpose on odd shapes: how close can it get to torch's copy at 3001 x 5003?
 
-    python bench/transpose_odd_w2d3.py [--json FILE] [--ncu] [--extra 3000x5000,...]
+    python bench/transpose_odd_w2d3.py [--json FILE] [--ncu] [--all] [--extra 3000x5000,...]
 
 Every transpose here keeps the day's technique: a tile staged in shared memory with one column of padding (``[32][33]``
 in the reference, ``[TR][TC + 1]`` below), keeping a warp's column reads on 32 banks. At 3001 x 5003 only one row in
@@ -26,6 +26,9 @@ boundaries):
 - limits (no transpose): a 2-D copy with the reference's access pattern (4-byte accesses, rows off 16-byte
   boundaries), beside torch's copy (16-byte accesses on one contiguous range); torch's ``x.t().contiguous()``
   (``torch_transpose``, runs 1 and 2 only).
+
+Without ``--all`` it times run 4's list and the 2-D copy limit; ``--all`` adds a selection of runs 1-3's other
+variants (their tile shapes are in the results files).
 
 Each variant is checked exact (output poisoned with NaN first) at the benchmark shapes and at the spec's visible and
 hidden shapes. ``--ncu`` launches each variant once at 3001 x 5003 and exits (for Nsight Compute). GPU only; on a CPU
@@ -386,6 +389,18 @@ VARIANTS: list[tuple[str, Callable[[], Callable], bool]] = [
     ("dispatch vec4|salign", dispatch, True),
     ("limit: 2-D copy 32x8", copy2d, False),
 ]
+# With --all: the other variants of runs 1-3 (session 15, on the H100).
+EARLIER: list[tuple[str, Callable[[], Callable], bool]] = [
+    ("fixed 64x8", lambda: reference(64, 8), True),
+    ("vec4 64x64/256 rot", lambda: tiled(VEC4, 64, 64, 256, rot=True), True),
+    ("vec4 128x32/256 rot", lambda: tiled(VEC4, 128, 32, 256, rot=True), True),
+    ("rect 64x32/256", lambda: tiled(RECT, 64, 32, 256), True),
+    ("rect 128x32/512", lambda: tiled(RECT, 128, 32, 512), True),
+    ("salign 64/256", lambda: salign(64, 256, False), True),
+    ("salign vec 32/128", lambda: salign(32, 128, True), True),
+    ("salign vec 64/128", lambda: salign(64, 128, True), True),
+    ("torch x.t().contiguous()", lambda: torch_transpose, True),
+]
 
 
 def exact(fn: Callable, is_transpose: bool, x: torch.Tensor) -> bool:
@@ -399,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__)
     p.add_argument("--ncu", action="store_true", help="launch each variant once at the odd shape, then exit")
     p.add_argument("--extra", default="", help="more shapes to time, e.g. 3000x5000,3008x5008")
+    p.add_argument("--all", action="store_true", help="also the other variants runs 1-3 timed")
     args = p.parse_args(argv)
     info = gpu_or_say_so()
     if info is None:
@@ -408,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes += [tuple(int(n) for n in item.split("x")) for item in args.extra.split(",") if item]
     broken: dict[str, str] = {}
     functions: list[tuple[str, Callable, bool]] = []
-    for name, build, is_t in VARIANTS:
+    for name, build, is_t in VARIANTS + (EARLIER if args.all else []):
         try:
             functions.append((name, build(), is_t))
         except Exception as error:  # a variant that does not compile is reported, the rest go on
