@@ -5,6 +5,9 @@ and a run cannot be asked to stop using it, so the gate freezes it: ``exclusive(
 every run attached to that GPU (SIGSTOP, which no process can catch or ignore), waits until the GPU has
 finished the work those runs had already queued (``idle``), and lets them go on (SIGCONT) when the holder is
 done. One holder at a time per GPU; the others wait. A run attached while its GPU is held starts frozen.
+Where the GPU does not go idle (a frozen run's kernel that never ends), the runs are let go on for a while, so
+that their own limits can stop it, and frozen and drained again; a hold whose GPU never went idle is ``busy``,
+and the judge's verdict from it is a grader fault, not a grade (grader.watchdog).
 
 The seconds a run spends frozen are counted (``Pausable.paused_seconds``), so that its time limit counts only
 the time it could run. The cell limits inside a notebook leave them out too, by a clock of their own that stands
@@ -28,6 +31,12 @@ IdleProbe = Callable[[str], bool | None]
 DRAIN_POLL_SECONDS = 0.05
 DRAIN_LIMIT_SECONDS = 30.0
 SETTLE_SECONDS = 0.25  # without a probe: the wait that lets in-flight work of frozen runs end
+# A GPU still busy after a drain: a frozen run left a kernel on it that does not end (a stopped process cannot end
+# it, and its time limits stand still while it is frozen). The runs are let go on for THAW_SECONDS, so that their
+# limits can stop such a run, then frozen and drained again (RETRY_DRAIN_SECONDS), up to BUSY_LIMIT_SECONDS in all.
+THAW_SECONDS = 10.0
+RETRY_DRAIN_SECONDS = 10.0
+BUSY_LIMIT_SECONDS = 900.0
 
 
 def process_tree(pid: int | psutil.Process) -> list[psutil.Process]:
@@ -103,20 +112,27 @@ class Pausable:
 
 @dataclass
 class Hold:
-    """One exclusive hold of a GPU: seconds waited for it, spent draining, and held in all (drain included)."""
+    """One exclusive hold of a GPU: seconds waited for it, spent draining, and held in all (drain included).
+    ``busy``: the GPU never went idle with the other runs frozen, so nothing timed in this hold is the holder's own."""
 
     waited: float = 0.0
     drained: float = 0.0
     held: float = 0.0
     drain_note: str = ""
+    busy: bool = False
 
 
 class GpuGate:
     """The shared and exclusive uses of the grader's GPUs (by CUDA index). Thread-safe."""
 
-    def __init__(self, idle: IdleProbe | None = None, drain_limit: float = DRAIN_LIMIT_SECONDS) -> None:
+    def __init__(self, idle: IdleProbe | None = None, drain_limit: float = DRAIN_LIMIT_SECONDS,
+                 thaw_seconds: float = THAW_SECONDS, retry_drain: float = RETRY_DRAIN_SECONDS,
+                 busy_limit: float = BUSY_LIMIT_SECONDS) -> None:
         self._idle = idle
         self._drain_limit = drain_limit
+        self._thaw_seconds = thaw_seconds
+        self._retry_drain = retry_drain
+        self._busy_limit = busy_limit
         self._lock = threading.Lock()
         self._exclusive: dict[str, threading.Lock] = {}
         self._held: set[str] = set()
@@ -165,10 +181,20 @@ class GpuGate:
         try:
             with self._lock:
                 self._held.add(gpu)
-                for user in self._users.get(gpu, []):
-                    if user is not keep:
-                        user._freeze()
-            hold.drain_note = self._drain(gpu)
+            self._freeze_users(gpu, keep)
+            idle, hold.drain_note = self._drain(gpu, self._drain_limit)
+            tries = 1
+            while idle is False and time.monotonic() - began < self._busy_limit:
+                self._thaw_users(gpu)
+                time.sleep(self._thaw_seconds)
+                self._freeze_users(gpu, keep)
+                idle, hold.drain_note = self._drain(gpu, self._retry_drain)
+                tries += 1
+            if idle is False:
+                hold.busy = True
+                hold.drain_note = (f"the GPU was still busy after {time.monotonic() - began:.0f} s and {tries} "
+                                   "drains with the other notebooks paused (their runs were let go on between "
+                                   "drains, so that their own limits could end the work)")
             hold.drained = time.monotonic() - began
             yield hold
         finally:
@@ -180,12 +206,24 @@ class GpuGate:
             hold.held = time.monotonic() - began
             lock.release()
 
-    def _drain(self, gpu: str) -> str:
-        """Wait until ``gpu`` has no kernel running (two idle readings in a row); a note when that cannot be told."""
+    def _freeze_users(self, gpu: str, keep: Pausable | None) -> None:
+        with self._lock:
+            for user in self._users.get(gpu, []):
+                if user is not keep:
+                    user._freeze()
+
+    def _thaw_users(self, gpu: str) -> None:
+        with self._lock:
+            for user in self._users.get(gpu, []):
+                user._thaw()
+
+    def _drain(self, gpu: str, limit: float) -> tuple[bool | None, str]:
+        """Wait up to ``limit`` s until ``gpu`` has no kernel running (two idle readings in a row): whether it went
+        idle (None: it cannot be told, after a fixed wait), and a note where it did not."""
         if self._idle is None:
             time.sleep(SETTLE_SECONDS)
-            return "no GPU utilisation probe: waited a fixed moment for queued work"
-        deadline, idle_in_a_row = time.monotonic() + self._drain_limit, 0
+            return None, "no GPU utilisation probe: waited a fixed moment for queued work"
+        deadline, idle_in_a_row = time.monotonic() + limit, 0
         start = getattr(self._idle, "start", None)
         if start is not None:
             start(gpu)
@@ -193,9 +231,9 @@ class GpuGate:
             idle = self._idle(gpu)
             if idle is None:
                 time.sleep(SETTLE_SECONDS)
-                return "the GPU's utilisation could not be read: waited a fixed moment for queued work"
+                return None, "the GPU's utilisation could not be read: waited a fixed moment for queued work"
             idle_in_a_row = idle_in_a_row + 1 if idle else 0
             if idle_in_a_row >= 2:
-                return ""
+                return True, ""
             time.sleep(DRAIN_POLL_SECONDS)
-        return f"the GPU was still busy {self._drain_limit:.0f} s after the other notebooks were paused"
+        return False, f"the GPU was still busy {limit:.0f} s after the other notebooks were paused"

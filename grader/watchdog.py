@@ -73,6 +73,7 @@ class Alone:
     drained: float = 0.0
     held: float = 0.0
     notes: list[str] | None = None
+    busy: str = ""  # why a hold's GPU never went idle: nothing the judge timed then is the notebook's own
 
     def seconds(self) -> dict[str, float]:
         return {"gpu_exclusive": self.held, "drain": self.drained, "gpu_wait": self.waited}
@@ -83,6 +84,8 @@ class Alone:
         self.held += hold.held
         if hold.drain_note:
             self.notes = [*(self.notes or []), hold.drain_note]
+        if hold.busy:
+            self.busy = hold.drain_note
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -203,6 +206,9 @@ def run(command: list[str], job: dict[str, Any], env: dict[str, str], cwd: Path,
         verdict["seconds"] = {**seconds, **alone.seconds()}
     if alone.notes:
         verdict["gpu_notes"] = alone.notes
+    if alone.busy and not verdict.get("error"):
+        verdict["error"] = f"the judge could not have its GPU alone, so its timings are not this notebook's: " \
+                           f"{alone.busy}"
     return verdict
 
 

@@ -182,6 +182,47 @@ def test_the_gate_waits_for_the_gpu_to_finish_queued_work():
     assert "could not be read" in unknown.drain_note
 
 
+# A run whose work on the GPU ends only once the run itself has run for a while (as a kernel that spins until
+# the run's cell limit kills it): it writes "done" after RUN_SECONDS of its own, unfrozen, time.
+CULPRIT = """
+import sys, time
+need, last, ran = float(sys.argv[2]), time.monotonic(), 0.0
+while ran < need:
+    time.sleep(0.01)
+    now = time.monotonic()
+    ran += min(now - last, 0.05)  # a frozen stretch is one long gap: it does not count
+    last = now
+open(sys.argv[1], "w").write("done")
+"""
+
+
+def test_a_gpu_that_stays_busy_lets_the_runs_go_on_between_drains_until_their_work_ends(tmp_path):
+    done = tmp_path / "done"
+    culprit = subprocess.Popen([sys.executable, "-c", CULPRIT, str(done), "0.6"])
+    gate = GpuGate(idle=lambda gpu: done.exists(), drain_limit=0.3, thaw_seconds=0.3, retry_drain=0.2,
+                   busy_limit=30.0)
+    try:
+        with gate.shared("0") as user:
+            user.attach(culprit.pid)
+            time.sleep(0.2)  # the culprit's first 0.2 s
+            with gate.exclusive("0") as hold:
+                pass
+        assert not hold.busy and hold.drain_note == ""
+        assert done.exists() and hold.drained >= 0.3 + 0.3 + 0.2  # it went on only between drains
+        assert user.paused_seconds() >= 0.3 + 0.2  # frozen during the drains
+    finally:
+        culprit.kill()
+        culprit.wait()
+
+
+def test_a_gpu_that_never_goes_idle_makes_a_busy_hold_after_the_limit():
+    gate = GpuGate(idle=lambda gpu: False, drain_limit=0.2, thaw_seconds=0.1, retry_drain=0.1, busy_limit=0.8)
+    with gate.exclusive("0") as hold:
+        pass
+    assert hold.busy and "still busy after" in hold.drain_note
+    assert 0.8 <= hold.drained < 5
+
+
 @pytest.mark.sandbox
 def test_frozen_time_does_not_count_against_a_sandboxed_runs_limit(tmp_path):
     gate = GpuGate(idle=lambda gpu: True)

@@ -72,6 +72,15 @@ def test_the_judge_holds_its_gpu_alone_for_its_gpu_work_and_says_how_long(tmp_pa
     assert 0.5 <= verdict["seconds"]["gpu_exclusive"] < 30 and verdict["seconds"]["gpu_wait"] < 1
 
 
+def test_a_judge_that_never_had_its_gpu_alone_is_a_grader_fault_not_a_grade(tmp_path, monkeypatch):
+    monkeypatch.setenv("ALONE_SECONDS", "0.1")
+    job, _ = _job(tmp_path)
+    gate = GpuGate(idle=lambda gpu: False, drain_limit=0.1, thaw_seconds=0.1, retry_drain=0.1, busy_limit=0.5)
+    verdict = _run(tmp_path, job, "tests.judge_hooks", grader_environment(dict(os.environ)), gate=gate)
+    assert "could not have its GPU alone" in verdict.get("error", ""), verdict.get("error")
+    assert "still busy after" in verdict["error"] and not gate.busy("0")
+
+
 def test_a_judge_stopped_while_it_holds_the_gpu_gives_it_back(tmp_path, monkeypatch):
     monkeypatch.setenv("ALONE_SECONDS", "0.1")
     monkeypatch.setenv("HANG_SPEC", "w1d4.saxpy")
