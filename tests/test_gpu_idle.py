@@ -79,3 +79,41 @@ def test_on_a_real_gpu_the_probe_sees_work_queued_before_the_start_and_then_its_
     while not probe("0"):
         assert time.monotonic() < deadline, "the probe never saw the GPU idle after its only kernel ended"
         time.sleep(0.05)
+
+
+# A run that queues a kernel spinning for about SECONDS s, says so, then waits on it (a cell whose kernel spins).
+SPINNER = """
+import sys, torch
+torch.cuda._sleep(int(float(sys.argv[1]) * 2e9))
+print("queued", flush=True)
+torch.cuda.synchronize()
+"""
+
+
+def _frozen_spinner(seconds: float, gate: GpuGate):
+    """(the spinner's process, once its kernel is queued, and the hold the gate then took of GPU 0)."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", SPINNER, str(seconds)], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "queued"
+    with gate.shared("0") as user:
+        user.attach(process.pid)
+        with gate.exclusive("0") as hold:
+            pass
+    return process, hold
+
+
+@pytest.mark.gpu
+def test_on_a_real_gpu_a_frozen_runs_long_kernel_is_waited_out_and_an_endless_one_makes_the_hold_busy():
+    gate = GpuGate(gpu_idle.IdleProbe(), drain_limit=2.0, thaw_seconds=1.0, retry_drain=1.0, busy_limit=60.0)
+    process, hold = _frozen_spinner(6.0, gate)
+    process.kill()
+    process.wait()
+    assert not hold.busy and hold.drain_note == "" and hold.drained >= 2.0, hold
+
+    gate = GpuGate(gpu_idle.IdleProbe(), drain_limit=1.0, thaw_seconds=0.5, retry_drain=0.5, busy_limit=4.0)
+    process, hold = _frozen_spinner(600.0, gate)
+    process.kill()
+    process.wait()
+    assert hold.busy and "still busy after" in hold.drain_note, hold
