@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tests.adversarial.expected import EXPECTED, STUB_TWO_GPU, ZERO_GPU, problems
+from pathlib import Path
+
+from tests.adversarial.expected import EXPECTED, STUB_TWO_GPU, ZERO_GPU, markdown_table, problems
 
 
 def test_every_fixture_has_a_verdict_inside_its_items_ranges():
@@ -23,3 +25,8 @@ def test_a_second_gpu_verdict_is_accepted_on_a_gpu_only():
     assert spins.mismatch("gpu", "timeout", STUB_TWO_GPU) != ""  # a timeout keeps no quiz point
     assert spins.mismatch("gpu", "ok", ZERO_GPU) != ""
     assert spins.mismatch("cpu", "timeout", {**spins.cpu, **{k: 0 for k in spins.cpu if spins.cpu[k]}}) != ""
+
+
+def test_the_corpus_readme_shows_the_table_as_expected_py_prints_it():
+    readme = (Path(__file__).parent / "adversarial" / "README.md").read_text(encoding="utf-8")
+    assert markdown_table() in readme
