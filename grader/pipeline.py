@@ -417,6 +417,15 @@ def build_stage(task: Task, staged: Staged) -> Staged:
     return staged
 
 
+def note_gpu_trouble(settings: Settings, gpu: str, verdict: dict[str, Any]) -> None:
+    """Tell the TA, once per kind of trouble, when a judge could not be sure it had ``gpu`` alone (the gate's notes:
+    no utilisation to read, or a GPU that stayed busy with the runs paused)."""
+    for note in verdict.get("gpu_notes") or []:
+        line = f"GPU {gpu}: {note}: timings taken then may include other notebooks' work"
+        if line not in settings.notes:
+            settings.notes.append(line)
+
+
 def judge_stage(task: Task, staged: Staged, gpu: str | None = None, gate: GpuGate | None = None) -> Graded:
     """The judge's checks and timings (on a GPU: ``gpu``, held alone at ``gate`` while it replays and times)."""
     if staged.failed is not None:
@@ -430,6 +439,7 @@ def judge_stage(task: Task, staged: Staged, gpu: str | None = None, gate: GpuGat
                  "replayed": str(task.run / "replayed"), "replay_error": staged.replay_error}
     verdict = _judge(task, judge_job, gpu or task.gpu or "0", gate)
     results.write_json_atomic(task.run / "verdict.json", verdict)
+    note_gpu_trouble(task.settings, gpu or task.gpu or "0", verdict)
     for name, seconds in (verdict.get("seconds") or {}).items():
         outcome.timings[name] = float(seconds)
     if verdict.get("error"):

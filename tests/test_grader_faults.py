@@ -128,3 +128,13 @@ def test_on_a_gpu_a_judge_process_that_cannot_start_stops_the_notebook_loudly(tm
                and "the judge ended without a verdict" in r.message for r in day4)
     assert not (tmp_path / "out" / "runs").exists() or not any((tmp_path / "out" / "runs").rglob("verdict.json"))
     assert "GRADER ERRORS" in capsys.readouterr().err
+
+
+def test_a_judge_unsure_of_having_its_gpu_alone_is_told_to_the_ta_once():
+    settings = Settings("gpu", "GPU")
+    unread = {"gpu_notes": ["the GPU's utilisation could not be read: waited a fixed moment for queued work"]}
+    for _ in range(3):
+        pipeline.note_gpu_trouble(settings, "1", unread)
+    pipeline.note_gpu_trouble(settings, "1", {"seconds": {}})
+    assert settings.notes == ["GPU 1: the GPU's utilisation could not be read: waited a fixed moment for queued "
+                              "work: timings taken then may include other notebooks' work"]
