@@ -14,7 +14,9 @@ Run on a GPU machine with CuPy, from the repository root:
    (TF32 off) at 4096^3 with course.bench.time_calls, cuBLAS again beside each kernel, and prints
    GFLOP/s, the fraction of the cuBLAS timing taken beside it, and the speed-up over the rung below.
 4. Unless --no-sweep: v6b, v6a and v5 in other tile configurations, through the sources' -D options, timed at
-   4096^3 and at 3000x2000x1500.
+   4096^3 and at 3000x2000x1500, with each cubin's registers, local (spilled) bytes and the blocks an SM holds
+   (from the driver), and the waves each shape's grid makes; then v7 as the notebook launches it at both shapes.
+   --repeat N times the whole sweep N times, the second pass in reverse order.
 
 Everything printed is also written to DIR/sgemm_ladder.json, with each cubin's SASS beside it.
 """
@@ -27,6 +29,7 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -53,12 +56,13 @@ NOTEBOOK = REPO / "solutions" / "week2" / "bonus_sgemm_ladder.ipynb"
 CHECK_SHAPES = ((1, 1, 1), (127, 129, 131), (1000, 1030, 515), (4097, 4095, 1023), (5, 3001, 2))
 SIZE = 4096
 # (version, BK, WARPS_M, WARPS_N, MIN_BLOCKS): the notebook's default first, then other tiles.
-SWEEP = [("v6b", 8, 4, 2, 2), ("v6b", 16, 4, 2, 2), ("v6b", 16, 2, 4, 2), ("v6b", 8, 2, 2, 3),
-         ("v6b", 16, 2, 2, 3), ("v6b", 8, 4, 2, 1), ("v6a", 8, 4, 2, 2), ("v6a", 8, 4, 2, 1), ("v6a", 16, 4, 2, 2),
-         ("v6a", 16, 4, 2, 1), ("v6a", 8, 2, 2, 3), ("v6a", 16, 2, 2, 3), ("v5", 8, 4, 2, 2), ("v5", 8, 4, 2, 1),
-         ("v5", 8, 2, 2, 3)]
+SWEEP = [("v6b", 8, 4, 2, 2), ("v6b", 16, 4, 2, 2), ("v6b", 16, 4, 2, 1), ("v6b", 16, 2, 4, 2), ("v6b", 16, 2, 4, 1),
+         ("v6b", 8, 2, 2, 3), ("v6b", 16, 2, 2, 3), ("v6b", 8, 4, 2, 1), ("v6a", 8, 4, 2, 2), ("v6a", 8, 4, 2, 1),
+         ("v6a", 16, 4, 2, 2), ("v6a", 16, 4, 2, 1), ("v6a", 8, 2, 2, 3), ("v6a", 16, 2, 2, 3), ("v5", 8, 4, 2, 2),
+         ("v5", 8, 4, 2, 1), ("v5", 8, 2, 2, 3)]
 # Besides SIZE^3 the sweep times the other benchmark shape, where the rungs must also climb (v5 and v6a tied there).
 SWEEP_SHAPE = (3000, 2000, 1500)
+CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, CU_FUNC_ATTRIBUTE_NUM_REGS = 3, 4
 # Left out: 512-thread tiles (they need BK = 16, and then exceed 48 KB of static shared memory) and
 # tiles with fewer float4s of A than threads (the sources' static_assert refuses them).
 
@@ -91,8 +95,26 @@ def sources() -> dict[str, str]:
 def cuobjdump() -> Path | None:
     import triton
 
-    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    return path if path.exists() else None
+    # The CUDA toolkit's first: Triton's copy may be older than the NVRTC that made the cubin.
+    found = shutil.which("cuobjdump") or shutil.which("cuobjdump", path="/usr/local/cuda/bin")
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return Path(found) if found else bundled if bundled.exists() else None
+
+
+def resources(kernel: Any, threads: int, shared_mem: int = 0) -> dict[str, int]:
+    """Registers a thread, local (spilled) bytes a thread and blocks an SM holds, as the driver reports them."""
+    import cupy
+
+    driver = cupy.cuda.driver
+    pointer = kernel.module._function(kernel.name).pointer  # a diagnostic: the driver's handle of the kernel
+    return {"registers": driver.funcGetAttribute(CU_FUNC_ATTRIBUTE_NUM_REGS, pointer),
+            "local_bytes": driver.funcGetAttribute(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, pointer),
+            "blocks_per_sm": driver.occupancyMaxActiveBlocksPerMultiprocessor(pointer, threads, shared_mem)}
+
+
+def waves(blocks: int, blocks_per_sm: int) -> float:
+    """How many waves a grid of ``blocks`` makes on this GPU's SMs (2.91: two full and one 91% full)."""
+    return blocks / (torch.cuda.get_device_properties(0).multi_processor_count * max(blocks_per_sm, 1))
 
 
 def sass_report(source: str, options: tuple[str, ...], name: str, out: Path) -> dict[str, Any]:
@@ -181,13 +203,52 @@ def sweep_launcher(version: str, source: str, bk: int, warps_m: int, warps_n: in
                (a, b, c, np.int32(m), np.int32(n), np.int32(k)))
         return c
 
+    launch.kernel, launch.threads, launch.tile = kernel, threads, (tile_m, tile_n)
     return launch, options, seconds
+
+
+def sweep_entry(version: str, bk: int, warps_m: int, warps_n: int, min_blocks: int, source: str,
+                shapes: list[tuple[torch.Tensor, torch.Tensor]], out: Path) -> dict[str, Any]:
+    """One configuration: compiled, checked on three odd sizes, timed at each shape beside cuBLAS."""
+    entry: dict[str, Any] = {"version": version, "BK": bk, "WARPS_M": warps_m, "WARPS_N": warps_n,
+                             "MIN_BLOCKS": min_blocks}
+    try:
+        launch, options, seconds = sweep_launcher(version, source, bk, warps_m, warps_n, min_blocks)
+        sass = sass_report(source, options, f"{version}_" + "_".join(o[2:].replace("=", "") for o in options), out)
+        worst = 0.0
+        for m, n, k in ((127, 129, 131), (1000, 1030, 515), (300, 260, 72)):
+            x, y = operands(m, n, k, 0)
+            worst = max(worst, relative_error(launch(x, y), x.double() @ y.double()))
+        used = resources(launch.kernel, launch.threads)
+        entry.update(compile_seconds=seconds, stack=sass.get("stack"), worst_error=worst, **used, shapes=[])
+        for a, b in shapes:
+            blocks = course.cuda.cdiv(a.shape[0], launch.tile[0]) * course.cuda.cdiv(b.shape[1], launch.tile[1])
+            library = time_rate(cublas, a, b)
+            rate = time_rate(launch, a, b) if worst <= 1e-5 else 0.0
+            entry["shapes"].append({"shape": [a.shape[0], b.shape[1], a.shape[1]], "gflops": rate,
+                                    "cublas_gflops": library, "vs_cublas": rate / library, "blocks": blocks,
+                                    "waves": waves(blocks, used["blocks_per_sm"])})
+    except Exception as error:  # a configuration that does not compile or launch: say so, go on
+        entry["error"] = f"{type(error).__name__}: {error}"[:300]
+    return entry
+
+
+def print_entry(entry: dict[str, Any]) -> None:
+    warps = f"{entry['WARPS_M']}x{entry['WARPS_N']}"
+    head = f"{entry['version']:>5}{entry['BK']:>4}{warps:>7}{entry['MIN_BLOCKS']:>5}"
+    if "error" in entry:
+        print(f"{head}  {entry['error'][:80]}")
+        return
+    cells = "".join(f"{s['gflops']:>9.0f}{s['vs_cublas']:>7.1%}{s['waves']:>6.2f}" for s in entry["shapes"])
+    print(f"{head}{entry['registers']:>6}{entry['local_bytes']:>7}{entry['blocks_per_sm']:>5}{cells}"
+          f"{entry['worst_error']:>10.1e}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT") or str(REPO / "build" / "sgemm-ladder"))
     parser.add_argument("--no-sweep", action="store_true")
+    parser.add_argument("--repeat", type=int, default=1, help="passes over the sweep (the second one reversed)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("no CUDA GPU here: the ladder's kernels need one; nothing measured")
@@ -250,36 +311,26 @@ def main() -> int:
     result["versions"] = versions
 
     if not args.no_sweep:
-        print("\nother tiles (BK, WARPS_M x WARPS_N warps of 32 x 64, MIN_BLOCKS): the notebook's default first")
-        other = "x".join(map(str, SWEEP_SHAPE))
-        print(f"{'':>5}{'BK':>4}{'warps':>7}{'min':>5}{'regs':>6}{'stack B':>8}{'GFLOP/s':>10}{'of cuBLAS':>11}"
-              f"{other + ' of cuBLAS':>26}{'worst error':>13}")
-        a2, b2 = operands(SWEEP_SHAPE[0], SWEEP_SHAPE[1], SWEEP_SHAPE[2], 0)
+        shapes = [operands(SIZE, SIZE, SIZE, 0), operands(*SWEEP_SHAPE, 0)]
+        names = "".join(f"{'x'.join(map(str, (a.shape[0], b.shape[1], a.shape[1]))):>22}" for a, b in shapes)
+        print("\nother tiles (BK, WARPS_M x WARPS_N warps of 32 x 64, MIN_BLOCKS); per shape GFLOP/s, of cuBLAS, "
+              "waves at the blocks an SM holds")
+        print(f"{'':>5}{'BK':>4}{'warps':>7}{'min':>5}{'regs':>6}{'local':>7}{'/SM':>5}{names}{'error':>10}")
         sweep = []
-        for version, bk, warps_m, warps_n, min_blocks in SWEEP:
-            entry: dict[str, Any] = {"version": version, "BK": bk, "WARPS_M": warps_m, "WARPS_N": warps_n,
-                                     "MIN_BLOCKS": min_blocks}
-            sweep.append(entry)
-            try:
-                launch, options, seconds = sweep_launcher(version, texts[version], bk, warps_m, warps_n, min_blocks)
-                sass = sass_report(texts[version], options, f"{version}_" + "_".join(o[2:] for o in options), out)
-                worst = 0.0
-                for m, n, k in ((127, 129, 131), (1000, 1030, 515), (300, 260, 72)):
-                    x, y = operands(m, n, k, 0)
-                    worst = max(worst, relative_error(launch(x, y), x.double() @ y.double()))
-                library, library2 = time_rate(cublas, a, b), time_rate(cublas, a2, b2)
-                rate = time_rate(launch, a, b) if worst <= 1e-5 else 0.0
-                rate2 = time_rate(launch, a2, b2) if worst <= 1e-5 else 0.0
-                entry.update(compile_seconds=seconds, registers=sass.get("registers"), stack=sass.get("stack"),
-                             gflops=rate, cublas_gflops=library, vs_cublas=rate / library, worst_error=worst,
-                             other_shape={"shape": list(SWEEP_SHAPE), "gflops": rate2, "cublas_gflops": library2,
-                                          "vs_cublas": rate2 / library2})
-                print(f"{version:>5}{bk:>4}{f'{warps_m}x{warps_n}':>7}{min_blocks:>5}{sass.get('registers', '?'):>6}"
-                      f"{sass.get('stack', '?'):>8}{rate:>10.0f}{rate / library:>11.1%}{rate2 / library2:>26.1%}"
-                      f"{worst:>13.1e}")
-            except Exception as error:  # a configuration that does not compile or launch: say so, go on
-                entry["error"] = f"{type(error).__name__}: {error}"[:300]
-                print(f"{version:>5}{bk:>4}{f'{warps_m}x{warps_n}':>7}{min_blocks:>5}  {entry['error'][:80]}")
+        for repeat in range(args.repeat):
+            for config in SWEEP if repeat % 2 == 0 else SWEEP[::-1]:
+                entry = sweep_entry(*config, texts[config[0]], shapes, out) | {"pass": repeat}
+                sweep.append(entry)
+                print_entry(entry)
+            v7 = {"version": "v7", "pass": repeat, "shapes": []}
+            for a, b in shapes:
+                library, rate = time_rate(cublas, a, b), time_rate(nb.sgemm_v7, a, b)
+                v7["shapes"].append({"shape": [a.shape[0], b.shape[1], a.shape[1]], "gflops": rate,
+                                     "cublas_gflops": library, "vs_cublas": rate / library,
+                                     "columns": nb.v7_tile_columns(a.shape[0], b.shape[1], nb.SMS)})
+            sweep.append(v7)
+            print(f"{'v7 as the notebook launches it':>33}" + "".join(
+                f"{s['gflops']:>9.0f}{s['vs_cublas']:>7.1%}{s['columns']:>6}" for s in v7["shapes"]))
         result["sweep"] = sweep
 
     (out / "sgemm_ladder.json").write_text(json.dumps(result, indent=1))
