@@ -235,4 +235,4 @@ def test_draw_timer_hidden_keeps_the_warm_up_longer_than_half():
     rng = random.Random(0)
     for _ in range(50):
         ((steady_us, warmup, repeats),) = day1.draw_timer_hidden(rng, False)
-        assert repeats % 2 == 1 and 2 * warmup > repeats and 6000 <= steady_us <= 10000
+        assert repeats % 2 == 1 and 2 * warmup > repeats and 12000 <= steady_us <= 20000
