@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from grader import results, sandbox
+from grader import results, sandbox, wall_tree
 from grader.gpu_gate import Pausable
 from grader.layout import KERNEL_NAME, REPO
 from grader.run_alone import AloneChannel
@@ -107,11 +107,19 @@ def _font_list() -> Path | None:
     return next(iter(sorted(Path(matplotlib.get_cachedir()).glob("fontlist-*.json"))), None)
 
 
+def sandbox_python_path(outer: str) -> str:
+    """The wall tree (``course`` as students have it, the sandbox's grader modules) first, then the grader's own
+    entries (a GPU runner's wheels) without the checkout or anything in it: nothing of it may be importable."""
+    checkout = REPO.resolve()
+    kept = [entry for entry in outer.split(os.pathsep)
+            if entry and (resolved := Path(entry).resolve()) != checkout and checkout not in resolved.parents]
+    return os.pathsep.join([str(wall_tree.tree()), *kept])
+
+
 def scrubbed_environment(job: Job) -> dict[str, str]:
     work = Path(job.workdir)
     env = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
-    # The course package must import even where it is not installed (a GPU runner using PYTHONPATH).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = sandbox_python_path(env.get("PYTHONPATH", ""))
     for name, sub in (("HOME", "home"), ("TRITON_CACHE_DIR", "triton-cache"), ("MPLCONFIGDIR", "mpl"),
                       ("IPYTHONDIR", "ipython"), ("JUPYTER_RUNTIME_DIR", "runtime"), ("TMPDIR", "tmp")):
         (work / sub).mkdir(parents=True, exist_ok=True)

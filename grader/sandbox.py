@@ -35,7 +35,7 @@ from pathlib import Path
 
 import psutil
 
-from grader import gpu_nodes, process_table
+from grader import gpu_nodes, process_table, wall_tree
 from grader.gpu_gate import Pausable
 from grader.gpu_gate import process_tree as _tree
 
@@ -153,65 +153,83 @@ def cleanup_stale(tmp_root: Path = _TEMP_DIR, prefix: str = "gpu-course-") -> li
     return removed
 
 
+# Host folders the runtime needs, read-only: programs, libraries (the GPU driver's too) and the compilers Triton runs.
+# A top-level link (/bin -> usr/bin on a merged /usr) is made as the same link.
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# Of /etc, what the dynamic loader, the C compiler's `cc` (a Debian alternative) and the clock read. The accounts
+# and hosts files come from the wall tree (grader.wall_tree): the host's list of users stays outside.
+ETC_PATHS = ("/etc/ld.so.cache", "/etc/alternatives", "/etc/localtime", "/etc/nsswitch.conf")
+_OWN_CHECKOUT = Path(__file__).resolve().parent.parent
+
+
 def _needed_paths(argv: Sequence[str], env: dict[str, str]) -> set[Path]:
-    """Read-only paths the command needs: the Python install, the command's own prefix, PYTHONPATH."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    """Read-only paths the command needs: the Python install, the command's own prefix, the PYTHONPATH and
+    LD_LIBRARY_PATH entries and the CUDA toolkit. Never the grader's checkout or a folder above it (its .git keeps
+    every solution); a virtual environment inside it is bound alone."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+             env.get("CUDA_HOME", ""), env.get("CUDA_PATH", "")}
     executable = shutil.which(argv[0], path=env.get("PATH", os.defpath))
     if executable is not None:
         paths |= {os.path.dirname(executable), str(Path(executable).resolve().parent.parent)}
-    paths |= {entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry}
-    return {Path(path).resolve() for path in paths if os.path.isabs(path) and os.path.exists(path)}
+    for variable in ("PYTHONPATH", "LD_LIBRARY_PATH"):
+        paths |= {entry for entry in env.get(variable, "").split(os.pathsep) if entry}
+    found = {Path(path).resolve() for path in paths if os.path.isabs(path) and os.path.exists(path)}
+    return {path for path in found if path != _OWN_CHECKOUT and path not in _OWN_CHECKOUT.parents}
 
 
-def _closed_ancestor(path: Path) -> Path | None:
-    """The shallowest proper ancestor of ``path`` that other users cannot enter (e.g. /root, mode 700)."""
-    for ancestor in reversed(path.parents[:-1]):
-        with contextlib.suppress(OSError):
-            if not ancestor.stat().st_mode & 0o001:
-                return ancestor
-    return None
+def _outermost(paths: set[Path]) -> list[Path]:
+    """``paths`` without those inside another of them, shallowest first."""
+    ordered = sorted(paths, key=lambda p: (len(p.parts), str(p)))
+    kept: list[Path] = []
+    for path in ordered:
+        if not any(top == path or top in path.parents for top in kept):
+            kept.append(path)
+    return kept
+
+
+def _system_binds() -> list[str]:
+    command = ["--perms", "0755", "--dir", "/etc"]
+    for name in SYSTEM_PATHS:
+        if os.path.islink(name):
+            command += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            command += ["--ro-bind", name, name]
+    for name in ETC_PATHS:
+        if os.path.exists(name):
+            command += ["--ro-bind", name, name]
+    etc = wall_tree.tree() / "etc"
+    for name in sorted(os.listdir(etc)):
+        command += ["--ro-bind", str(etc / name), f"/etc/{name}"]
+    return command
 
 
 def _bwrap_command(argv: Sequence[str], scratch: Path, env: dict[str, str], hide: Sequence[Path],
                    devices: Sequence[Path], status_fd: int) -> list[str]:
+    """The sandbox's filesystem is an allowlist on an empty root: the system folders, the command's Python and the
+    paths its environment names (the wall tree among them), the GPU's nodes, and the scratch folder, writable. The
+    root, and everything but the scratch folder, is read-only."""
     command = [str(_tool("bwrap")), "--json-status-fd", str(status_fd), "--die-with-parent", "--new-session",
                "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-               "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+               "--dev", "/dev", "--proc", "/proc", "--dir", "/tmp", *_system_binds()]
+    if devices:
+        command += ["--ro-bind", "/sys", "/sys"]  # the driver reads the GPU's PCI topology there
     for device in devices:
         command += ["--dev-bind", str(device), str(device)]
-    read_only = ["/tmp"]
-    needed = _needed_paths(argv, env)
-    if _as_root():
-        # The sandbox user cannot enter a directory such as /root (mode 700) that holds the Python it
-        # needs: cover that directory with an empty one and bind back only what is needed.
-        masks = {mask for path in (*needed, scratch) if (mask := _closed_ancestor(path)) is not None}
-        for mask in sorted(masks):
-            command += ["--tmpfs", str(mask)]
-            read_only.append(str(mask))
-    # What the command needs under an empty mount (the Python and the course under /tmp, say, as in a
-    # CI checkout there) is bound back read-only; folders to hide inside it are hidden again below.
-    rebound: list[Path] = []
-    for top in [Path(p) for p in read_only]:
-        for path in sorted(needed):
-            if top in path.parents and not any(r == path or r in path.parents for r in rebound):
-                command += _parent_dirs(top, path) + ["--ro-bind", str(path), str(path)]
-                rebound.append(path)
+    bound = _outermost({path for path in _needed_paths(argv, env)
+                        if not any(Path(top) == path or Path(top) in path.parents for top in SYSTEM_PATHS)})
+    made: set[Path] = {Path("/"), Path("/tmp")}
+    for path in bound:
+        command += _parent_dirs(path, made) + ["--ro-bind", str(path), str(path)]
     for path in sorted((Path(p).resolve() for p in hide), key=lambda p: len(p.parts)):
-        covered = any(Path(top) == path or Path(top) in path.parents for top in read_only)
-        if covered and not any(r == path or r in path.parents for r in rebound):
-            continue  # already behind an empty mount (e.g. anything under /tmp)
+        inside = any(top == path or top in path.parents for top in (*bound, *map(Path, SYSTEM_PATHS)))
+        if not inside:
+            continue  # not in the sandbox at all
         if path.is_dir():
-            command += ["--tmpfs", str(path)]
-            read_only.append(str(path))
+            command += ["--tmpfs", str(path), "--remount-ro", str(path)]
         elif path.exists():
             command += ["--ro-bind", "/dev/null", str(path)]
-    tops = [Path(top) for top in read_only if Path(top) in scratch.parents]
-    if tops:
-        command += _parent_dirs(max(tops, key=lambda top: len(top.parts)), scratch)
-    command += ["--bind", str(scratch), str(scratch)]
-    for path in read_only:
-        command += ["--remount-ro", path]
-    command += ["--chdir", str(scratch)]
+    command += _parent_dirs(scratch, made) + ["--bind", str(scratch), str(scratch), "--remount-ro", "/",
+                                              "--chdir", str(scratch)]
     if _as_root():
         # bwrap run by root keeps every capability for the command unless told; setpriv needs only these.
         command += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add",
@@ -224,12 +242,13 @@ def _bwrap_command(argv: Sequence[str], scratch: Path, env: dict[str, str], hide
     return command + list(argv)
 
 
-def _parent_dirs(top: Path, path: Path) -> list[str]:
-    """Make the directories between ``top`` (a fresh tmpfs) and ``path``, which bwrap would make mode 0700."""
+def _parent_dirs(path: Path, made: set[Path]) -> list[str]:
+    """Make the folders above ``path`` on the sandbox's root, enterable by its user (bwrap would make them 0700)."""
     command = []
     for parent in reversed(path.parents):
-        if top in parent.parents:
+        if parent not in made:
             command += ["--perms", "0755", "--dir", str(parent)]
+            made.add(parent)
     return command
 
 
@@ -542,3 +561,17 @@ def copy_out(source: Path, destination: Path) -> None:
         destination.parent.mkdir(parents=True, exist_ok=True)
         with open(destination, "wb") as copy:
             shutil.copyfileobj(data, copy)
+
+
+def main() -> int:
+    """``python -m grader.sandbox``: 0 when a sandbox starts here, else 1 and why (CI runs it before the suite)."""
+    reason = unavailable_reason()
+    if reason is not None:
+        print(f"error: the grader's sandbox cannot run on this machine: {reason}", file=sys.stderr)
+        return 1
+    print("the grader's sandbox runs here")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -120,35 +120,59 @@ def course_files():
 
 
 @needs_bwrap
-def test_hidden_paths_are_unreadable_and_only_scratch_is_writable(scratch, tmp_path, course_files):
+def test_the_host_is_not_there_and_only_scratch_is_writable(scratch, tmp_path, course_files):
     root, paths = course_files
     other = make_scratch()  # another student's run
     (scratch / "home").mkdir()  # made by the grader (root) before the run: still writable inside
     try:
-        hide = [root / "solutions", root / "subs", root / "out", root / "gradebook.db", root / "missing"]
-        result, log = _python(scratch, tmp_path / "log", PROBE, json.dumps(paths), hide=hide)
+        result, log = _python(scratch, tmp_path / "log", PROBE, json.dumps(paths))
         assert result.status == "ok", log
         seen = _last_json(log)
-        assert seen["solution"] == "FileNotFoundError", seen
-        assert seen["submissions"] == [], seen
-        assert seen["gradebook"] in ("", "PermissionError"), seen  # /dev/null on a nodev mount: not even that
+        # World-readable files anywhere else on the host are simply not in the sandbox's filesystem.
+        for name in ("solution", "submissions", "gradebook"):
+            assert seen[name] == "FileNotFoundError", (name, seen)
         for name in ("write_out", "write_repo", "write_var_tmp", "write_tmp"):
             assert seen[name] in ("OSError", "PermissionError", "FileNotFoundError"), (name, seen)
         assert seen["write_scratch"] == seen["write_grader_made_dir"] == "written", seen
-        # No other scratch dir is visible; only the Python and the course the command needs, when they
-        # live under /tmp themselves (a checkout there), are bound back.
-        needed = {Path(p).resolve() for p in (sys.prefix, Path(__file__).resolve().parent.parent)}
+        # No other scratch dir is visible; only the Python the command needs, when it lives under /tmp itself.
+        needed = {Path(sys.prefix).resolve()}
         under_tmp = {p.relative_to("/tmp").parts[0] for p in needed if Path("/tmp") in p.parents}
         assert set(seen["tmp"]) == {scratch.name} | under_tmp, seen
         assert (scratch / "answer.json").read_text() == "x"
         assert not (root / "writable" / "sandbox-was-here").exists() and not (REPO / "sandbox-was-here").exists()
-
-        # The control: without `hide`, the same files are readable, so it is `hide` that keeps them out.
-        result, log = _python(scratch, tmp_path / "log", PROBE, json.dumps(paths))
-        seen = _last_json(log)
-        assert seen["solution"] == "THE ANSWER" and seen["submissions"] == ["alice"], seen
     finally:
         shutil.rmtree(other, ignore_errors=True)
+
+
+@needs_bwrap
+def test_a_path_the_command_needs_is_bound_read_only_and_hide_covers_what_lies_inside_it(scratch, tmp_path,
+                                                                                        course_files):
+    root, paths = course_files
+    env_root = {"PYTHONPATH": str(root)}  # the command names the folder: it is bound, read-only
+
+    def probe(**options):
+        env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch), **env_root}
+        result = run([sys.executable, "-c", PROBE, json.dumps(paths)], scratch=scratch, env=env, limits=MINUTE,
+                     log_path=tmp_path / "log", **options)
+        log = (tmp_path / "log").read_text(errors="replace")
+        assert result.status == "ok", log
+        return _last_json(log)
+
+    seen = probe()  # the control: what the command names, it sees
+    assert seen["solution"] == "THE ANSWER" and seen["submissions"] == ["alice"], seen
+    assert seen["write_var_tmp"] in ("OSError", "PermissionError"), seen
+    seen = probe(hide=[root / "solutions", root / "subs", root / "gradebook.db", root / "missing"])
+    assert seen["solution"] == "FileNotFoundError" and seen["submissions"] == [], seen
+    assert seen["gradebook"] in ("", "PermissionError"), seen  # /dev/null on a nodev mount: not even that
+
+
+def test_the_grader_checkout_is_never_bound_even_when_the_environment_names_it(scratch):
+    env = {"PATH": os.defpath, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO.parent)])}
+    command = sandbox._bwrap_command([sys.executable, "-c", "pass"], scratch, env, (), (), 3)
+    bound = {command[i + 1] for i, word in enumerate(command) if word in ("--ro-bind", "--bind")}
+    assert str(REPO) not in bound and str(REPO.parent) not in bound
+    assert not any(Path(path) in REPO.parents for path in bound if path != "/")
+    assert "/" not in bound  # nothing binds the host's root
 
 
 @needs_bwrap

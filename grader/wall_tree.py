@@ -1,0 +1,105 @@
+"""The course as the sandbox sees it: a folder built for the grading process, holding only what a student may see.
+
+A sandboxed run imports ``course`` and the grader modules that run inside the wall (the notebook's runner, the
+builder, the CPU replay) from here, never from the checkout: the checkout's ``.git`` keeps every solution and
+hidden test of every commit, and ``solutions/``, ``tests/`` and ``build/`` sit beside the code. The folder holds
+
+- ``course/``: the package exactly as the student bundle ships it (``grader.bundle``);
+- ``grader/``: the sandbox's entry modules and the grader modules they import, found from their import
+  statements (so a new import cannot be forgotten), nothing else of the grader;
+- ``etc/``: the few files of ``/etc`` a process reads to know its users and ``localhost``, written here, so
+  the host's own (its accounts) stay outside.
+
+It is built once per grading process in the system temp folder, owned by that process (``owner.pid``, so a
+killed grader's copy is removed by ``grader.sandbox.cleanup_stale``), readable by the sandbox's user.
+"""
+
+from __future__ import annotations
+
+import ast
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+GRADER = Path(__file__).resolve().parent
+CHECKOUT = GRADER.parent
+# What a sandbox starts (``python -P -m ...`` in grader.execute, and the Jupyter kernel's spec).
+ENTRY_MODULES = ("grader.execute", "grader.kernel_main", "grader.build_kernels", "grader.replay_cpu")
+OWNER_FILE = "owner.pid"  # as grader.sandbox.OWNER_FILE (not imported: the sandbox module imports this one)
+_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
+# The sandbox's accounts: root (owner of every file it sees) and the unprivileged user it runs as.
+ETC_FILES = {
+    "passwd": "root:x:0:0:root:/root:/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+    "group": "root:x:0:\nnogroup:x:65534:\n",
+    "hosts": "127.0.0.1 localhost\n::1 localhost ip6-localhost\n",
+}
+
+_lock = threading.Lock()
+_built: Path | None = None
+
+
+def _grader_imports(path: Path) -> set[str]:
+    """The ``grader.*`` modules that the file at ``path`` imports, at any depth of its code."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "grader":
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name.split(".")[0] == "grader"}
+    return {name for name in found if _file(name) is not None}
+
+
+def _file(module: str) -> Path | None:
+    parts = module.split(".")[1:]
+    path = GRADER.joinpath(*parts).with_suffix(".py") if parts else GRADER / "__init__.py"
+    return path if path.is_file() else None
+
+
+def wall_modules() -> list[str]:
+    """The grader modules a sandbox may import: the entry modules and everything they import, transitively."""
+    seen = {"grader"}
+    todo = list(ENTRY_MODULES)
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        todo += sorted(_grader_imports(_file(module)) - seen)
+    return sorted(seen)
+
+
+def build(destination: Path) -> Path:
+    """Write the tree into ``destination`` (an empty or new folder); returns it."""
+    destination.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(CHECKOUT / "course", destination / "course", ignore=_SKIP)
+    for module in wall_modules():
+        source = _file(module)
+        target = destination / source.relative_to(CHECKOUT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    (destination / "etc").mkdir()
+    for name, text in ETC_FILES.items():
+        (destination / "etc" / name).write_text(text, encoding="utf-8")
+    for folder, _, files in os.walk(destination):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(Path(folder) / name, 0o644)
+    return destination
+
+
+def tree() -> Path:
+    """This process's tree, built on first use (thread-safe) and removed when the process exits."""
+    global _built
+    with _lock:
+        if _built is None or not _built.is_dir():
+            folder = Path(tempfile.mkdtemp(prefix="gpu-course-wall-")).resolve()
+            build(folder / "root")
+            (folder / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="utf-8")
+            os.chmod(folder, 0o755)
+            atexit.register(shutil.rmtree, folder, True)
+            _built = folder / "root"
+        return _built
