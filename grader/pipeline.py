@@ -58,11 +58,12 @@ from grader.layout import (
 )
 from grader.release import master_version
 from grader.results import NotebookResult
-from grader.sanitize import sanitize
+from grader.sanitize import for_the_sandbox, sanitize
 from grader.schedule import JUDGES_PER_GPU, Limits, Scheduler
 
 JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
 RECORDING_CELL = "recording"
+WALL_NOTEBOOK = "wall.ipynb"  # the sanitized notebook with its hidden tests cleared: all a sandbox is given of it
 JUDGE_MODULE = "grader.judge"
 REPLAY_START_SECONDS = 120.0  # a CPU replay's sandbox and imports, on a loaded machine
 RUNS_PER_GPU = 6  # sandboxed runs sharing one GPU by default: paused while judges time, about half the time
@@ -368,7 +369,9 @@ def run_stage(task: Task, pause: Pausable | None = None) -> Staged:
     try:
         request = _recording_request(jobs, task.plan, task.settings.device, scratch)
         (scratch / "request.json").write_text(json.dumps(request), encoding="utf-8")
-        nbformat.write(with_recording_cell(task.notebook, scratch / "request.json"), str(scratch / "submission.ipynb"))
+        seen = for_the_sandbox(task.notebook)
+        nbformat.write(seen, str(task.run / WALL_NOTEBOOK))  # what the build and the CPU replay read, too
+        nbformat.write(with_recording_cell(seen, scratch / "request.json"), str(scratch / "submission.ipynb"))
         outcome = execute(_job(task, scratch, task.run / "sandbox.log"), pause)
         _keep(scratch, task.run)
         exported = judge.read_export(task.run / "export")
@@ -390,7 +393,7 @@ def build_stage(task: Task, staged: Staged) -> Staged:
     if on_gpu or any(specs.get(j["spec"]).forbidden_calls for j in jobs):
         fresh = sandbox.make_scratch("gpu-course-build-")
         try:
-            built = build(_job(task, fresh, task.run / "build.log"), task.run / "sanitized.ipynb",
+            built = build(_job(task, fresh, task.run / "build.log"), task.run / WALL_NOTEBOOK,
                           task.run / "export" / "export.json", gpu_target() if on_gpu else NOMINAL_TARGET,
                           task.run / "built")
             outcome.timings.update(built.timings)
@@ -407,7 +410,7 @@ def build_stage(task: Task, staged: Staged) -> Staged:
         fresh = sandbox.make_scratch("gpu-course-replay-")
         try:
             # The recording cell ran the same launches within one cell's limit; the replay adds its start-up.
-            done = replay_cpu(_job(task, fresh, task.run / "replay.log"), task.run / "sanitized.ipynb",
+            done = replay_cpu(_job(task, fresh, task.run / "replay.log"), task.run / WALL_NOTEBOOK,
                               task.run / "export" / "export.json", replayed, task.run / "replayed",
                               task.settings.cell_timeout + REPLAY_START_SECONDS)
             staged.replay_error = done.message or None

@@ -35,6 +35,7 @@ from grader.layout import CourseNotebook, course_notebooks
 
 NBFORMAT_VERSION = 4
 HIDDEN_BEGIN = "BEGIN HIDDEN TESTS"  # matched as nbgrader's ClearHiddenTests matches it
+HIDDEN_END = "END HIDDEN TESTS"
 HIDDEN_DEFAULT_NOTE = "the grader checks the value of your answer"
 # A solution region opened with this marker holds what only the reference uses (a second kernel for shapes the
 # exercise does not ask students to treat apart, its source and module): the student's copy loses the whole region,

@@ -28,7 +28,7 @@ from nbgrader.preprocessors import ClearOutput
 
 from grader import results
 from grader.layout import find_course_notebook
-from grader.release import NBFORMAT_VERSION, master_version, student_version
+from grader.release import HIDDEN_BEGIN, HIDDEN_END, NBFORMAT_VERSION, master_version, student_version
 
 _FLAGS = ("grade", "solution", "locked", "points")
 # papermill injects the grader's parameters after the first cell with this tag: only the master's may have it.
@@ -297,3 +297,23 @@ def sanitize(path: Path, assignment: str, notebook: str, student: str, db_url: s
     except Exception as error:  # metadata so odd that the rebuild fails must not stop the batch
         return Sanitized(results.CORRUPT, f"the grader could not rebuild it: {type(error).__name__}: {error}"[:500])
     return Sanitized(results.OK, notebook=rebuilt, notes=notes)
+
+
+def for_the_sandbox(nb: NotebookNode) -> NotebookNode:
+    """The sanitized notebook as a sandbox may see it: the hidden tests of the course's test cells cleared, as in the
+    released notebook. They run only in the judge, on the exported data; in the run, a later cell could read them
+    (IPython's ``In``, the notebook file itself) and a message could carry them out. Only the master's grade cells
+    are cleared: a student's own cell that names the markers is the student's business."""
+    seen = copy.deepcopy(nb)
+    for cell in seen.cells:
+        if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade"):
+            kept, hiding = [], False
+            for line in cell.source.splitlines(keepends=True):
+                if HIDDEN_BEGIN in line:
+                    hiding = True
+                elif hiding and HIDDEN_END in line:
+                    hiding = False
+                elif not hiding:
+                    kept.append(line)
+            cell.source = "".join(kept)
+    return seen
