@@ -40,6 +40,8 @@ import numpy as np
 from grader import build_kernels, ir_rules, plan_checks, provenance, results
 
 MAX_ANSWER_BYTES = 16 * 2**20
+# The most characters of one verdict message: room for a shape, an error and a value, not for a file.
+MESSAGE_CHARS = 400
 
 
 # The watched judge (grader.watchdog) reads its steps from this file descriptor, named in this variable.
@@ -242,6 +244,12 @@ def _names_read(source: str) -> set[str]:
         return set()
 
 
+def bounded(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, saying so: a message can carry what a student's code put in a value or
+    an exception, and the feedback must not become a channel for it."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters cut)"
+
+
 def run_tests(tests: list[dict[str, str]], answers: dict[str, Any], arrays: Path) -> dict[str, dict[str, Any]]:
     """Run each master test cell against the exported answers; a verdict per grade id.
 
@@ -271,13 +279,13 @@ def run_tests(tests: list[dict[str, str]], answers: dict[str, Any], arrays: Path
             exec(compile(test["source"], f"<test {test['grade_id']}>", "exec"), dict(base))
             verdicts[test["grade_id"]] = {"passed": True, "message": ""}
         except AssertionError as error:
-            verdicts[test["grade_id"]] = {"passed": False, "message": str(error) or "an assertion failed"}
+            verdicts[test["grade_id"]] = {"passed": False, "message": bounded(str(error)) or "an assertion failed"}
         except NameError as error:
-            missing = getattr(error, "name", None) or str(error)
+            missing = bounded(getattr(error, "name", None) or str(error), 80)
             verdicts[test["grade_id"]] = {"passed": False, "message": f"{missing} is not defined in your notebook "
                                           "(its cell may have failed, been deleted or never run)"}
         except Exception as error:  # a wrong kind of answer makes a master test raise: a failed item
-            verdicts[test["grade_id"]] = {"passed": False, "message": f"{type(error).__name__}: {error}"[:500]}
+            verdicts[test["grade_id"]] = {"passed": False, "message": bounded(f"{type(error).__name__}: {error}")}
     return verdicts
 
 
@@ -454,7 +462,7 @@ def _judge_host(spec: Any, spec_job: dict[str, Any], export: dict[str, Any], arr
                 passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {type(failure).__name__}: " \
                                          f"{str(failure)[:300]}"
         verdict["passed"] &= passed
-        verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
+        verdict["messages"].append(("PASS " if passed else "FAIL ") + bounded(message))
     return {"sets": sets, "bench": {"measured": False, "reason": "a host function is not timed"}}
 
 
@@ -494,7 +502,7 @@ def judge_cpu(job: dict[str, Any]) -> dict[str, Any]:
                 if foreign:
                     passed, message = False, f"{spec.shape_label(tuple(call['shape']))}: {foreign}"
             verdict["passed"] &= passed
-            verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
+            verdict["messages"].append(("PASS " if passed else "FAIL ") + bounded(message))
         notes = divergence_notes(spec, calls, definitions)
         for verdict in sets.values():
             verdict["messages"].extend(notes)
@@ -623,7 +631,7 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
             seed = derive_seed(job["run_seed"], job["student"], spec.id, call["key"])
             passed, message = run_once(recorded.get("plan"), kernels, shape, seed)
         verdict["passed"] &= passed
-        verdict["messages"].append(("PASS " if passed else "FAIL ") + message)
+        verdict["messages"].append(("PASS " if passed else "FAIL ") + bounded(message))
 
     rows = []
     reference_calls, _ = _calls_of(reference_export, spec.id)

@@ -261,3 +261,17 @@ def test_a_library_call_that_fails_is_the_graders_fault_not_the_students(monkeyp
     monkeypatch.setattr(bench, "time_interleaved", lambda entries, **_: [bench.Timing([1.0]), ValueError("cuBLAS")])
     with pytest.raises(ValueError, match="cuBLAS"):
         judge._time_row(spec, (64, 64, 64), "student plan", None, None, None, 5, None)
+
+
+def test_the_text_a_students_values_put_into_a_message_is_capped(tmp_path):
+    # A test that quotes the answer, and a student whose answer is a whole file: the message keeps its start only.
+    payload = "x" * 100_000
+    answers = {"label": {"value": payload}, "name": {"value": 1}}
+    verdicts = judge.run_tests([{"grade_id": "t_quote", "source": "assert label == 'fast', f'got {label!r}'"},
+                                {"grade_id": "t_raise", "source": "raise ValueError(label)"},
+                                {"grade_id": "t_name", "source": f"{'y' * 5000} + name"}], answers, tmp_path)
+    for grade_id in ("t_quote", "t_raise"):
+        message = verdicts[grade_id]["message"]
+        assert not verdicts[grade_id]["passed"] and message.startswith(("got 'xxx", "ValueError: xxx"))
+        assert len(message) <= judge.MESSAGE_CHARS + 40 and "more characters cut" in message
+    assert len(verdicts["t_name"]["message"]) < 200
