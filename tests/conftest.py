@@ -65,6 +65,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"{NO_SANDBOX} ({no_sandbox}): NOT RUN, not counted as passed"))
 
 
+# Where CI is set, a test that cannot run for want of the sandbox or a browser fails instead of being skipped: a
+# green CI must have graded through the sandbox. (No CI machine has a GPU: GPU tests stay skipped, counted aloud.)
+CI_MUST_RUN = ("sandbox", "bubblewrap", "bwrap", "chromium")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> object:
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") and report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if NO_GPU not in reason and any(word in reason for word in CI_MUST_RUN):
+            report.outcome = "failed"
+            report.longrepr = f"CI is set, and this test could not run here: {reason}"
+
+
 def _skipped_for(terminalreporter, reason: str) -> int:  # noqa: ANN001
     """Tests skipped for ``reason``, counted from their reports (under xdist the workers, not this process,
     collected them)."""
