@@ -131,6 +131,7 @@ def build(destination: Path = DEFAULT_DEST) -> list[Path]:
     (destination / "pyproject.toml").write_text(pyproject, encoding="utf-8")
     shutil.copy(TEMPLATES / "README.md", destination / "README.md")
     shutil.copy(TEMPLATES / "Makefile", destination / "Makefile")
+    shutil.copy(TEMPLATES / ".gitignore", destination / ".gitignore")
     # the autograding workflow, for a course that grades pushes on its own GPU runner (the README says how)
     shutil.copytree(TEMPLATES / ".github", destination / ".github")
     (destination / MARKER).write_text("written by `make student-bundle`; rebuilt in place\n", encoding="utf-8")

@@ -22,7 +22,7 @@ MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN T
 EXPECTED = ["README.md", "Makefile", "environment.yml", "pyproject.toml", "requirements/base.txt",
             "requirements/constraints.txt", "requirements/torch-cpu.txt", "course/__init__.py",
             "course/selfcheck.py", "course/exercises/matmul_fp32.py", "week1/day7_fast_matmul.ipynb",
-            "week1/README.md", "week2/README.md", ".github/workflows/autograde.yml"]
+            "week1/README.md", "week2/README.md", ".github/workflows/autograde.yml", ".gitignore"]
 FORBIDDEN = ["solutions", "grader", "tests", "examples", "bench", ".ci", "student", "build"]
 
 
@@ -263,3 +263,8 @@ def test_make_check_shows_a_gpu_warning_under_the_item_that_ran_the_kernel(built
     assert lines[at + 3].split()[0] == "test_copy_hidden"
     # every_kth's kernel masks its load: the only warning is the copy's
     assert done.stdout.count("GPU warning:") == 1 and "1 GPU warning above" in done.stdout
+
+
+def test_the_bundle_ignores_what_setup_and_check_write(built: Path):
+    ignored = (built / ".gitignore").read_text().split()
+    assert ".venv/" in ignored and "build/" in ignored
