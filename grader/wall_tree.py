@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import atexit
+import compileall
 import os
 import shutil
 import tempfile
@@ -84,6 +85,8 @@ def build(destination: Path) -> Path:
     (destination / "etc").mkdir()
     for name, text in ETC_FILES.items():
         (destination / "etc" / name).write_text(text, encoding="utf-8")
+    # Compiled here once: the sandbox writes no bytecode, and each run would compile every module again.
+    compileall.compile_dir(destination, quiet=2, workers=1)
     for folder, _, files in os.walk(destination):
         os.chmod(folder, 0o755)
         for name in files:
