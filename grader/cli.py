@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from grader import GRADER_VERSION, release, term
-from grader.results import GRADER_ERROR, MISSING, ItemResult, NotebookResult
+from grader.results import GRADER_ERROR, MISSING, NotebookResult
 from grader.schedule import JUDGES_PER_GPU
+from grader.student_view import still_a_stub, stub_verdict, without_hidden_material
 from grader.term import Term, TermError
 
 DEFAULT_OUT = Path("build/grades")
@@ -293,7 +294,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     # The grader expects every notebook of the week; only the one checked here was submitted.
     results_ = [r for r in results_ if (r.assignment, r.notebook) == (matches[0].assignment, matches[0].name)]
     for result in results_:
-        _without_hidden_material(result)
+        without_hidden_material(result)
     from grader.feedback import write_pages
 
     index = write_pages(results_, out)
@@ -303,10 +304,10 @@ def cmd_check(args: argparse.Namespace) -> int:
             print("  the end of its output:\n    " + result.failure_tail.replace("\n", "\n    "))
         for item in result.items:
             score = "pending" if item.score is None else f"{item.score:g}/{item.max_score:g}"
-            verdict = _stub_verdict(item) if _still_a_stub(item) else item.status
+            verdict = stub_verdict(item) if still_a_stub(item) else item.status
             verdict += " (provisional)" if item.provisional else ""
             print(f"  {item.item:<40}{score:>10}  {verdict}")
-            if item.message and item.status != "passed" and not _still_a_stub(item):
+            if item.message and item.status != "passed" and not still_a_stub(item):
                 print("    " + item.message.replace("\n", "\n    "))
         earned = sum(i.score or 0.0 for i in result.items)
         decided = sum(i.max_score for i in result.items if i.score is not None)
@@ -343,7 +344,7 @@ def cmd_pushed(args: argparse.Namespace) -> int:
         results_ = sorted((r for r in graded if (r.assignment, r.notebook) in keys),
                           key=lambda r: (r.assignment, r.notebook))
         for result in results_:
-            _without_hidden_material(result)
+            without_hidden_material(result)
         print(summary_table(results_))
         print(f"feedback: {write_pages(results_, out)}")
     markdown = pushed.summary_markdown(results_, chosen.ignored, settings.device_name)
@@ -358,34 +359,6 @@ def cmd_pushed(args: argparse.Namespace) -> int:
               + "; ".join(f"{r.assignment}/{r.notebook}: {r.status}" for r in failed), file=sys.stderr)
         return 1
     return 0
-
-
-def _without_hidden_material(result: NotebookResult) -> None:
-    """A student's own check shows what the hidden tests cover, not their messages (which can give answers away)."""
-    from grader.layout import find_course_notebook
-    from grader.release import hidden_test_notes, master_version
-
-    notebook = find_course_notebook(result.assignment, result.notebook)
-    hidden = hidden_test_notes(master_version(notebook)) if notebook else {}
-    for item in result.items:
-        if item.item in hidden and item.status != "passed" and not _still_a_stub(item):
-            item.message = f"did not pass the grader's hidden tests ({hidden[item.item]})"
-
-
-def _stub_verdict(item: ItemResult) -> str:
-    """What an untouched item says: a quiz answer left at its ``...``, or code still the released stub."""
-    from course.answers import NOT_ANSWERED
-
-    return "not answered yet" if NOT_ANSWERED in item.message else "not graded yet: still a stub"
-
-
-def _still_a_stub(item: ItemResult) -> bool:
-    """An item whose every message says the answer is still the released stub."""
-    from course.answers import NOT_ANSWERED
-
-    lines = [line for line in item.message.splitlines() if line.strip()]
-    stub = ("NotImplementedError", "is not defined in your notebook", NOT_ANSWERED)
-    return item.score == 0 and bool(lines) and all(any(s in line for s in stub) for line in lines)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
