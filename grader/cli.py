@@ -136,9 +136,18 @@ def not_graded_summary(all_results: list[NotebookResult]) -> list[str]:
     return lines
 
 
+class NoGpu(RuntimeError):
+    """``--device gpu`` where no CUDA GPU is visible: a setup error (exit status 2), not a traceback."""
+
+
 def _settings(args: argparse.Namespace):
     from grader.pipeline import Settings, resolve_device
 
+    if args.device == "gpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise NoGpu("--device gpu was asked for, but no CUDA GPU is visible on this machine")
     device, name = resolve_device(args.device)
     shapes = json.loads(args.bench_shapes) if args.bench_shapes else None
     gpus = tuple(g.strip() for g in args.gpus.split(",") if g.strip()) if getattr(args, "gpus", None) else None
@@ -323,42 +332,43 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_pushed(args: argparse.Namespace) -> int:
-    """Grade the course notebooks a push changed (the autograding workflow's step); see grader.pushed."""
+    """Grade the course notebooks among a list of paths of a checkout; see grader.pushed."""
     from grader import pushed
-    from grader.feedback import write_pages
-    from grader.pipeline import grade
 
     listing = sys.stdin.read() if args.changed == "-" else Path(args.changed).read_text(encoding="utf-8")
+    try:
+        settings = _settings(args)
+    except NoGpu as error:
+        _write_summary(args.summary, f"## Autograder\n\nNot graded: {error}.\n")
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     chosen = pushed.select(Path(args.repository), listing.splitlines())
     out = Path(args.out)
     results_: list[NotebookResult] = []
-    settings = _settings(args)
     if chosen.notebooks:
-        pushed.stage(chosen, out / "submission", args.student)
         progress = _Progress()
         try:
-            graded = grade(out / "submission", out, settings, log=progress.log, progress=progress)
+            results_ = pushed.grade_notebooks(chosen.notebooks, args.student, out, settings, log=progress.log,
+                                              progress=progress)
         finally:
             progress.close()
-        keys = {(nb.assignment, nb.name) for _, nb in chosen.notebooks}
-        results_ = sorted((r for r in graded if (r.assignment, r.notebook) in keys),
-                          key=lambda r: (r.assignment, r.notebook))
-        for result in results_:
-            without_hidden_material(result)
         print(summary_table(results_))
-        print(f"feedback: {write_pages(results_, out)}")
-    markdown = pushed.summary_markdown(results_, chosen.ignored, settings.device_name)
-    if args.summary:
-        with open(args.summary, "a", encoding="utf-8") as summary:
-            summary.write(markdown)
-    else:
-        print(markdown)
-    failed = [r for r in results_ if not r.graded_normally or r.status == MISSING]
+        print(f"feedback: {out / 'index.html'}")
+    _write_summary(args.summary, pushed.summary_markdown(results_, settings.device_name, skipped=chosen.ignored))
+    failed = pushed.not_graded_normally(results_)
     if failed:
         print(f"NOT GRADED NORMALLY: {len(failed)} of {len(results_)}: "
               + "; ".join(f"{r.assignment}/{r.notebook}: {r.status}" for r in failed), file=sys.stderr)
         return 1
     return 0
+
+
+def _write_summary(path: str | None, markdown: str) -> None:
+    if path:
+        with open(path, "a", encoding="utf-8") as summary:
+            summary.write(markdown)
+    else:
+        print(markdown)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -597,18 +607,20 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(run=cmd_check)
 
     p = commands.add_parser(
-        "pushed", help="grade the course notebooks a push changed (the autograding workflow's step)",
-        description="Grade the course notebooks among the changed paths (weekN/<name>.ipynb, relative to "
-                    "REPOSITORY) with this checkout's grader and master copies, as STUDENT. Writes results and "
-                    "feedback pages (hidden tests' messages left out) in --out and a Markdown score table to "
-                    "--summary. Exit status: 0 when every changed notebook was graded normally (or none changed), "
-                    "1 when one was not, 2 for a usage or setup error.")
+        "pushed", help="grade the course notebooks among a list of paths of a student's checkout",
+        description="Grade the course notebooks among the listed paths (weekN/<name>.ipynb, relative to "
+                    "REPOSITORY; regular files only, never through a link) with this checkout's grader and master "
+                    "copies, as STUDENT. Writes results and feedback pages (hidden tests' messages left out) in "
+                    "--out and a Markdown score table to --summary. Pushes to students' repositories are graded by "
+                    "serve-pushes instead (docs/AUTOGRADING.md). Exit status: 0 when every listed notebook was "
+                    "graded normally (or none was listed), 1 when one was not, 2 for a usage or setup error "
+                    "(--device gpu without a GPU: one line in --summary too).")
     p.add_argument("repository", help="the student's checkout")
-    p.add_argument("--changed", required=True, help="a file of changed paths, one a line ('-': standard input)")
+    p.add_argument("--changed", required=True, help="a file of paths, one a line ('-': standard input)")
     p.add_argument("--student", default="student", help="the name graded (default: %(default)s)")
     p.add_argument("--out", default="build/pushed", help="(default: %(default)s)")
     p.add_argument("--summary", default=None,
-                   help="append the Markdown score table to this file ($GITHUB_STEP_SUMMARY; default: print it)")
+                   help="append the Markdown score table to this file (default: print it)")
     _execution_options(p)
     p.set_defaults(run=cmd_pushed, force=True)
 
@@ -655,6 +667,6 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGUSR1, print_stacks)
     try:
         return args.run(args)
-    except (GradebookMismatch, SandboxUnavailable, UnknownGpu) as error:
+    except (GradebookMismatch, SandboxUnavailable, UnknownGpu, NoGpu) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
