@@ -371,6 +371,34 @@ def _write_summary(path: str | None, markdown: str) -> None:
         print(markdown)
 
 
+def cmd_serve_pushes(args: argparse.Namespace) -> int:
+    """The push autograder's grading service; see grader.push_service."""
+    from grader import push_roster, push_service
+
+    if not args.sandbox:
+        print("error: the push service grades untrusted notebooks: it always sandboxes them", file=sys.stderr)
+        return 2
+    if not sys.flags.safe_path:
+        print("note: run the service as `python -P -m grader serve-pushes`, so that nothing in a working "
+              "directory can be imported")
+    spool = Path(args.spool).absolute()
+    unavailable = ""
+    try:
+        settings = _settings(args)
+    except NoGpu as error:
+        settings, unavailable = None, str(error)
+    try:
+        push_roster.load(Path(args.roster))
+        service = push_service.Service(spool=spool, roster=Path(args.roster).absolute(),
+                                       state=Path(args.state).absolute() if args.state else spool / "state",
+                                       settings=settings, unavailable=unavailable, keep_days=args.keep_days,
+                                       log=lambda line: print(line, flush=True))
+        return push_service.serve(service, once=args.once, poll_seconds=args.poll)
+    except (push_roster.RosterError, push_service.SpoolError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from grader import sandbox
     from grader.execute import Job, execute
@@ -623,6 +651,28 @@ def parser() -> argparse.ArgumentParser:
                    help="append the Markdown score table to this file (default: print it)")
     _execution_options(p)
     p.set_defaults(run=cmd_pushed, force=True)
+
+    p = commands.add_parser(
+        "serve-pushes", help="the push autograder's grading service (run as the course account; "
+                             "docs/AUTOGRADING.md)",
+        description="Grade the requests autograding jobs leave in SPOOL/inbox, one at a time, and answer each in "
+                    "SPOOL/outbox/<request>/ (summary.md, feedback pages, status). Run it as the course account "
+                    "from the course checkout with `python -P -m grader serve-pushes`. Every notebook whose "
+                    "content differs from the version last graded on its branch is graded, as the student the "
+                    "--roster names for the repository. Exit status: 0 (with --once: after answering what is "
+                    "queued), 2 for a setup error; without a GPU under --device gpu, every queued request is "
+                    "answered with that line and the status is 2.")
+    p.add_argument("spool", help="the spool folder (owned by this account, mode 2710, group: the runner's)")
+    p.add_argument("--roster", required=True, help="CSV with the header repository,student: each student "
+                                                   "repository's full name (owner/name) and the student's name")
+    p.add_argument("--state", default=None,
+                   help="where the last graded commit of each branch is kept (default: SPOOL/state)")
+    p.add_argument("--once", action="store_true", help="answer the requests queued now, then exit")
+    p.add_argument("--poll", type=float, default=5.0, help="seconds between looks at the inbox (default: %(default)g)")
+    p.add_argument("--keep-days", type=float, default=7.0,
+                   help="days answers and grading folders are kept (default: %(default)g)")
+    _execution_options(p)
+    p.set_defaults(run=cmd_serve_pushes, force=True, device="gpu")
 
     p = commands.add_parser("run", help="execute one notebook with papermill as the grader does")
     p.add_argument("notebook")
