@@ -1,17 +1,22 @@
 """The GitHub workflows: linted (against GitHub's workflow schema everywhere, by actionlint where it is installed,
 and by this file's own checks), and the autograding workflow's own steps run here on the CPU, as the runner would
-run them, against a real git history."""
+run them, against real git histories, with the course's grading service answering (its pieces alone:
+tests/test_push_service.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from grader.bundle import TEMPLATES
@@ -40,13 +45,31 @@ def test_each_workflow_is_well_formed(path):
         assert job.get("runs-on") and job.get("timeout-minutes"), f"job {name}: runs-on and timeout-minutes"
         for step in job["steps"]:
             assert ("run" in step) != ("uses" in step), step
-            if "uses" in step:
-                assert "@v" in step["uses"], f"{step['uses']}: pin the action to a version"
-            else:
+            if "run" in step:
                 # Values reach scripts through env:, never spliced in with ${{ }} (a branch name is not code).
                 assert "${{" not in step["run"], f"{step.get('name')}: an expression inside run:"
                 checked = subprocess.run(["bash", "-n"], input=step["run"], text=True, capture_output=True)
                 assert checked.returncode == 0, f"{step.get('name')}: {checked.stderr}"
+
+
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: str(p.relative_to(REPO)))
+def test_every_action_is_pinned_to_a_full_commit_with_its_version_named(path):
+    # A tag can be moved to other code; a commit cannot. The comment keeps the version readable.
+    uses = [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if "uses:" in line]
+    assert uses
+    for line in uses:
+        assert re.fullmatch(r"(- )?uses: [\w.-]+/[\w.-]+@[0-9a-f]{40}  # v\d+(\.\d+)*", line), line
+
+
+def test_the_autograding_job_keeps_no_token_runs_no_course_code_and_limits_every_step():
+    workflow = yaml.safe_load(AUTOGRADE.read_text(encoding="utf-8"))
+    steps = [step for job in workflow["jobs"].values() for step in job["steps"]]
+    checkout = next(step for step in steps if step.get("uses", "").startswith("actions/checkout@"))
+    assert checkout["with"] == {"fetch-depth": 0, "persist-credentials": False}
+    for step in steps:
+        assert step.get("timeout-minutes"), f"{step.get('name')}: timeout-minutes"
+        # The job only hands files over and reads the answer: no Python runs in it, the course's least of all.
+        assert "python" not in step.get("run", "") and "COURSE_DIR" not in step.get("run", "")
 
 
 def test_each_workflow_follows_githubs_workflow_schema():
@@ -76,26 +99,78 @@ def test_actionlint_finds_nothing():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+# The autograding job's own steps, run here as the runner runs them, against real git histories, with the course's
+# grading service (`python -P -m grader serve-pushes --once`, from this checkout) answering in between.
+
+ROSTER = "repository,student\nclassroom/alice-repo,alice\n"
+W1D2 = "week1/day2_gpu_arrays.ipynb"
+DAY4 = "week1/day4_first_triton_kernel.ipynb"
+HAND_OFF, WAIT = "Hand the notebooks to the grading service", "Wait for the grade"
+HONEST_13 = "| week1/day1_host_baseline | ok | 13 / 13 | 0 |"
+
+
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
                           env={**os.environ, "GIT_AUTHOR_NAME": "s", "GIT_AUTHOR_EMAIL": "s@example.org",
                                "GIT_COMMITTER_NAME": "s", "GIT_COMMITTER_EMAIL": "s@example.org"}).stdout.strip()
 
 
-def _history(tmp_path: Path, second: bytes) -> tuple[Path, str]:
-    """A student's repository: the released notebook, then a push that changes it (to ``second``) and the README."""
-    repo = tmp_path / "student-repo"
+def _commit(repo: Path, message: str) -> str:
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", message)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def _student_repo(tmp_path: Path, notebook: bytes) -> Path:
+    repo = tmp_path / "alice-repo"
     (repo / "week1").mkdir(parents=True)
-    shutil.copy(REPO / W1D1, repo / W1D1)
+    (repo / W1D1).write_bytes(notebook)
     (repo / "README.md").write_text("notes\n")
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "as released")
-    before = _git(repo, "rev-parse", "HEAD")
-    (repo / W1D1).write_bytes(second)
-    (repo / "README.md").write_text("more notes\n")
-    _git(repo, "commit", "-qam", "my work")
-    return repo, before
+    _git(repo, "init", "-q", "-b", "main")
+    _commit(repo, "my work")
+    return repo
+
+
+@dataclass
+class Course:
+    """The runner's side: the grading service's spool and the course's roster (one account here)."""
+
+    spool: Path
+    roster: Path
+
+
+@dataclass
+class Run:
+    status: int  # the job's: the wait step's exit status
+    summary: str  # what the job wrote to $GITHUB_STEP_SUMMARY
+    service: subprocess.CompletedProcess
+    temp: Path  # the job's $RUNNER_TEMP
+
+    @property
+    def request(self) -> str:
+        return (self.temp / "autograde-request.name").read_text().strip()
+
+
+def _course(tmp_path: Path) -> Course:
+    from grader.push_service import prepare
+
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    spool.chmod(0o710)
+    prepare(spool, spool / "state")
+    roster = tmp_path / "roster.csv"
+    roster.write_text(ROSTER)
+    return Course(spool, roster)
+
+
+def _job_env(course: Course, repo: Path, run_id: int, repository: str) -> dict[str, str]:
+    """A runner's environment, with no Python of the course's on its PATH."""
+    temp = course.spool.parent / f"runner-temp-{run_id}"
+    temp.mkdir()
+    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(temp), "AUTOGRADE_SPOOL": str(course.spool),
+            "AUTOGRADE_WAIT_MINUTES": "170", "GITHUB_REPOSITORY": repository, "GITHUB_REPOSITORY_ID": "4242",
+            "GITHUB_RUN_ID": str(run_id), "GITHUB_RUN_ATTEMPT": "1", "GITHUB_REF": "refs/heads/main",
+            "GITHUB_WORKSPACE": str(repo), "RUNNER_TEMP": str(temp), "GITHUB_STEP_SUMMARY": str(temp / "summary.md")}
 
 
 def _run_step(step: dict, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -104,55 +179,181 @@ def _run_step(step: dict, cwd: Path, env: dict[str, str]) -> subprocess.Complete
                           env=env, capture_output=True, text=True, timeout=600)
 
 
-def _runner(tmp_path: Path, repo: Path, before: str) -> dict[str, str]:
-    """The runner's environment: COURSE_DIR's python is this test's (a wrapper, as a venv's would be there)."""
-    course = tmp_path / "course"
-    (course / ".venv" / "bin").mkdir(parents=True)
-    python = course / ".venv" / "bin" / "python"
-    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
-    python.chmod(0o755)
-    temp = tmp_path / "runner-temp"
-    temp.mkdir()
-    return {**os.environ, "COURSE_DIR": str(course), "AUTOGRADE_DEVICE": "cpu", "BEFORE": before,
-            "RUNNER_TEMP": str(temp), "GITHUB_WORKSPACE": str(repo), "GITHUB_REPOSITORY_OWNER": "alice",
-            "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}
+def _serve(course: Course, device: str = "cpu") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-P", "-m", "grader", "serve-pushes", str(course.spool),
+                           "--roster", str(course.roster), "--once", "--device", device],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
-def test_the_changed_list_holds_the_pushed_notebooks_only_and_every_one_without_a_before(tmp_path):
-    repo, before = _history(tmp_path, (REPO / "solutions" / W1D1).read_bytes())
-    env = _runner(tmp_path, repo, before)
-    step = _steps(AUTOGRADE)["List the notebooks this push changed"]
-    assert _run_step(step, repo, env).returncode == 0
-    assert (Path(env["RUNNER_TEMP"]) / "changed.txt").read_text().split() == [W1D1]
-    for unknown in ("", "0" * 40):  # a first push; a forced push whose old head is gone
-        assert _run_step(step, repo, {**env, "BEFORE": unknown}).returncode == 0
-        assert (Path(env["RUNNER_TEMP"]) / "changed.txt").read_text().split() == [W1D1]
+def _push(course: Course, repo: Path, run_id: int, repository: str = "classroom/alice-repo",
+          device: str = "cpu") -> Run:
+    """One run of the job for the repository's HEAD: hand-off, the service answering, the wait."""
+    env = _job_env(course, repo, run_id, repository)
+    steps = _steps(AUTOGRADE)
+    handed = _run_step(steps[HAND_OFF], repo, env)
+    assert handed.returncode == 0, handed.stdout + handed.stderr
+    served = _serve(course, device)
+    waited = _run_step(steps[WAIT], repo, env)
+    summary = Path(env["GITHUB_STEP_SUMMARY"])
+    return Run(waited.returncode, summary.read_text() if summary.exists() else "", served, Path(env["RUNNER_TEMP"]))
+
+
+def _result(course: Course, run: Run, notebook: str) -> dict | None:
+    path = course.spool / "work" / run.request / "results" / "alice" / f"{notebook.removesuffix('.ipynb')}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+@pytest.fixture(scope="module")
+def timeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[Course, dict[str, Run], Path]:
+    """One student's pushes, graded in order: three attacks, a run cancelled before its hand-off, a force-push."""
+    tmp = tmp_path_factory.mktemp("pushes")
+    course = _course(tmp)
+    marker = tmp / "student-code-ran"
+    runs: dict[str, Run] = {}
+    # 1: the released notebook (wrong answers) beside a course package whose compare passes everything and which
+    # leaves a marker when imported
+    repo = _student_repo(tmp, (REPO / W1D1).read_bytes())
+    (repo / "course").mkdir()
+    (repo / "course" / "__init__.py").write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('x')\n")
+    (repo / "course" / "check.py").write_text("def compare(*args, **kwargs):\n    return True\n")
+    _commit(repo, "a course package of my own")
+    runs["course package"] = _push(course, repo, 1)
+    # 2: the solution, beside a grader package that prints a fake score
+    (repo / W1D1).write_bytes((REPO / "solutions" / W1D1).read_bytes())
+    (repo / "grader").mkdir()
+    (repo / "grader" / "__init__.py").write_text("")
+    (repo / "grader" / "__main__.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('x')\n"
+        "print('| week1/day1_host_baseline | ok | 99 / 13 | 0 |')\n")
+    _commit(repo, "a grader of my own")
+    runs["grader package"] = _push(course, repo, 2)
+    # 3: a link at a course notebook's path to the runner's solution
+    (repo / DAY4).symlink_to(REPO / "solutions" / DAY4)
+    _commit(repo, "a link to the solution")
+    runs["link"] = _push(course, repo, 3)
+    # 4 changes Day 1 again, and its run is cancelled before the hand-off; 5 adds Day 2 (not a notebook at all)
+    notebook = json.loads((repo / W1D1).read_text())
+    notebook["cells"].append({"cell_type": "markdown", "metadata": {}, "source": ["my notes"]})
+    (repo / W1D1).write_text(json.dumps(notebook, indent=1))
+    _commit(repo, "notes")
+    (repo / W1D2).write_bytes(b"{ not a notebook")
+    _commit(repo, "day 2")
+    runs["after a cancelled run"] = _push(course, repo, 5)
+    # 6: the last commit rewritten (same files) and force-pushed
+    runs["rewritten"] = _git(repo, "rev-parse", "--short=7", "HEAD")
+    _git(repo, "commit", "-q", "--amend", "-m", "day 2, reworded")
+    runs["force-push"] = _push(course, repo, 6)
+    return course, runs, marker
 
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-def test_the_grading_step_grades_the_pushed_notebook_and_writes_the_summary(tmp_path):
-    repo, before = _history(tmp_path, (REPO / "solutions" / W1D1).read_bytes())
-    env = _runner(tmp_path, repo, before)
-    steps = _steps(AUTOGRADE)
-    for name in ("List the notebooks this push changed", "Grade them with the course's grader"):
-        done = _run_step(steps[name], repo, env)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    summary = (tmp_path / "summary.md").read_text()
-    assert "| week1/day1_host_baseline | ok | 13 / 13 | 0 |" in summary
-    out = Path(env["RUNNER_TEMP"]) / "autograde"
-    assert (out / "index.html").is_file() and any((out / "feedback").rglob("*.html"))
-    result = json.loads(next((out / "results").rglob("day1_host_baseline.json")).read_text())
-    assert result["student"] == "alice"
+def test_a_course_package_in_the_students_repository_never_runs(timeline):
+    course, runs, marker = timeline
+    run = runs["course package"]
+    assert run.status == 0, run.summary + run.service.stdout[-3000:] + run.service.stderr[-3000:]
+    assert "| week1/day1_host_baseline | ok | 0 / 13 | 0 |" in run.summary  # the honest grade of the stubs
+    assert "Graded as `alice`: repository `classroom/alice-repo`, branch `main`" in run.summary
+    assert "every course notebook in it is graded" in run.summary
+    assert not marker.exists()
+    assert _result(course, run, W1D1)["student"] == "alice"
+    pages = run.temp / "autograde"  # what the artifact step uploads
+    assert (pages / "index.html").is_file() and any((pages / "feedback").rglob("*.html"))
 
 
 @pytest.mark.sandbox
-def test_a_notebook_that_cannot_be_graded_fails_the_step_and_says_why(tmp_path):
-    repo, before = _history(tmp_path, b"{ not a notebook")
-    env = _runner(tmp_path, repo, before)
+@pytest.mark.slow
+def test_a_grader_package_in_the_students_repository_never_runs(timeline):
+    _, runs, marker = timeline
+    run = runs["grader package"]
+    assert run.status == 0 and HONEST_13 in run.summary
+    assert "99 / 13" not in run.summary + run.service.stdout and not marker.exists()
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_linked_notebook_is_never_graded_and_the_summary_says_why(timeline):
+    course, runs, _ = timeline
+    run = runs["link"]
+    assert run.status == 0
+    assert f"- `{DAY4}`: a symbolic link in git, not a notebook file" in run.summary
+    assert "nothing was graded" in run.summary and f"not graded again: `{W1D1}`" in run.summary
+    assert not (course.spool / "work" / run.request / "submission").exists()
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_cancelled_runs_notebook_is_graded_by_the_next_run(timeline):
+    course, runs, _ = timeline
+    run = runs["after a cancelled run"]
+    assert HONEST_13 in run.summary and "| week1/day2_gpu_arrays | corrupt |" in run.summary
+    assert run.status == 1  # Day 2 could not be graded normally
+    assert "**Not graded normally:**" in run.summary
+
+
+@pytest.mark.sandbox
+@pytest.mark.slow
+def test_a_force_push_is_said_plainly(timeline):
+    _, runs, _ = timeline
+    run = runs["force-push"]
+    assert run.status == 0
+    assert (f"The last graded commit {runs['rewritten']} is not in this branch's history (a force-push?): every "
+            "notebook that differs from the last graded version is graded.") in run.summary
+    assert "nothing was graded" in run.summary  # the same files as the last graded ones
+
+
+def test_the_request_holds_the_course_notebooks_from_git_and_nothing_else(tmp_path):
+    course = _course(tmp_path)
+    repo = _student_repo(tmp_path, b"{}")
+    (repo / "course").mkdir()
+    (repo / "course" / "check.py").write_text("")
+    (repo / DAY4).symlink_to(REPO / "solutions" / DAY4)
+    _commit(repo, "more")
+    (repo / W1D1).write_bytes(b"not committed")  # the working tree is not what is graded
+    env = _job_env(course, repo, 7, "classroom/alice-repo")
+    assert _run_step(_steps(AUTOGRADE)[HAND_OFF], repo, env).returncode == 0
+    (sent,) = (course.spool / "inbox").iterdir()
+    with tarfile.open(sent) as archive:
+        files = {m.name: archive.extractfile(m).read() for m in archive if m.isreg()}
+    blob = _git(repo, "rev-parse", f"HEAD:{W1D1}")
+    assert set(files) == {"request", "commits", "notebooks", f"blobs/{blob}"} and files[f"blobs/{blob}"] == b"{}"
+    assert "120000 " in files["notebooks"].decode() and oct(sent.stat().st_mode)[-3:] == "644"
+
+
+def test_an_unknown_repository_is_refused_and_nothing_is_graded(tmp_path):
+    course = _course(tmp_path)
+    repo = _student_repo(tmp_path, (REPO / W1D1).read_bytes())
+    run = _push(course, repo, 8, repository="classroom/mallory-repo")
+    assert run.status == 2 and run.service.returncode == 0
+    assert ("Not graded: the repository `classroom/mallory-repo` is not on the course's roster of student "
+            "repositories: nothing was graded.") in run.summary
+    assert not (course.spool / "work" / run.request).exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a GPU")
+def test_without_a_gpu_the_service_and_pushed_exit_2_with_one_line(tmp_path):
+    course = _course(tmp_path)
+    repo = _student_repo(tmp_path, (REPO / W1D1).read_bytes())
+    run = _push(course, repo, 9, device="gpu")
+    assert run.service.returncode == 2 and "Traceback" not in run.service.stderr + run.service.stdout
+    assert run.status == 2 and "Not graded: --device gpu was asked for, but no CUDA GPU is visible" in run.summary
+    changed, summary = tmp_path / "changed.txt", tmp_path / "pushed.md"
+    changed.write_text(W1D1 + "\n")
+    done = subprocess.run([sys.executable, "-m", "grader", "pushed", str(repo), "--changed", str(changed),
+                           "--device", "gpu", "--summary", str(summary), "--out", str(tmp_path / "out")],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert [line for line in summary.read_text().splitlines() if line.startswith("Not graded")] == [
+        "Not graded: --device gpu was asked for, but no CUDA GPU is visible on this machine."]
+
+
+def test_the_wait_ends_with_a_plain_summary_when_the_service_does_not_answer(tmp_path):
+    course = _course(tmp_path)
+    repo = _student_repo(tmp_path, b"{}")
+    env = {**_job_env(course, repo, 10, "classroom/alice-repo"), "AUTOGRADE_WAIT_MINUTES": "0"}
     steps = _steps(AUTOGRADE)
-    _run_step(steps["List the notebooks this push changed"], repo, env)
-    done = _run_step(steps["Grade them with the course's grader"], repo, env)
-    assert done.returncode == 1
-    summary = (tmp_path / "summary.md").read_text()
-    assert "**Not graded normally:**" in summary and "week1/day1_host_baseline" in summary
+    assert _run_step(steps[HAND_OFF], repo, env).returncode == 0
+    waited = _run_step(steps[WAIT], repo, env)
+    assert waited.returncode == 1
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "No answer from the course's grading service within 0 minutes" in summary
