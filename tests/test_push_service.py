@@ -162,7 +162,8 @@ def _service(tmp_path: Path) -> push_service.Service:
 
 def test_the_spool_is_made_with_modes_that_let_the_runner_drop_requests_and_read_only_its_answer(tmp_path):
     service = _service(tmp_path)
-    modes = {name: stat.S_IMODE(os.stat(service.spool / name).st_mode) for name in ("inbox", "outbox", "work", "state")}
+    modes = {name: stat.S_IMODE(os.stat(service.spool / name).st_mode) & ~stat.S_ISGID
+             for name in ("inbox", "outbox", "work", "state")}
     assert modes == {"inbox": 0o1730, "outbox": 0o710, "work": 0o700, "state": 0o700}
     service.spool.chmod(0o770)
     with pytest.raises(push_service.SpoolError, match="writable by it alone"):
