@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import signal
@@ -381,6 +382,7 @@ def cmd_serve_pushes(args: argparse.Namespace) -> int:
     if not sys.flags.safe_path:
         print("note: run the service as `python -P -m grader serve-pushes`, so that nothing in a working "
               "directory can be imported")
+    os.umask(0o027)  # what the service writes is its group's to read at most
     spool = Path(args.spool).absolute()
     unavailable = ""
     try:

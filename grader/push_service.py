@@ -56,7 +56,7 @@ class Service:
     unavailable: str = ""
     keep_days: float = 7.0
     log: Callable[[str], None] = print
-    _complained: set[str] = field(default_factory=set)
+    _stuck: set[str] = field(default_factory=set)  # inbox entries this account cannot remove: skipped
 
     @property
     def inbox(self) -> Path:
@@ -105,7 +105,6 @@ def serve(service: Service, once: bool = False, poll_seconds: float = 5.0) -> in
     """Answer every request in the inbox, oldest first; with ``once``, those queued now, then return. 0, or 2
     where nothing can be graded here (each request is answered with why first)."""
     prepare(service.spool, service.state)
-    os.umask(0o027)
     with serving(service.state):
         if not os.stat(service.spool).st_mode & stat.S_ISGID:
             service.log(f"note: {service.spool} has no set-group-id bit, so answers belong to this account's own "
@@ -128,6 +127,8 @@ def pending(service: Service) -> list[str]:
         try:
             info = entry.stat(follow_symlinks=False)
         except FileNotFoundError:
+            continue
+        if entry.name in service._stuck:
             continue
         if entry.name.startswith("."):
             if time.time() - info.st_mtime > STALE_TEMPORARY_SECONDS:
@@ -255,13 +256,12 @@ def clean(service: Service) -> None:
 
 def _discard(service: Service, path: Path) -> None:
     """Remove something that is not a request. A folder the runner made and filled cannot be emptied by this
-    account; it is named in the log once, for the course staff to remove."""
+    account; it is named in the log once, for the course staff to remove, and skipped from then on."""
     try:
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
     except OSError as error:
-        if path.name not in service._complained:
-            service._complained.add(path.name)
-            service.log(f"cannot remove {path} from the inbox ({error.strerror}): remove it by hand")
+        service._stuck.add(path.name)
+        service.log(f"cannot remove {path} from the inbox ({error.strerror}): remove it by hand")

@@ -183,6 +183,23 @@ def test_what_is_not_a_request_is_answered_or_removed_unread(tmp_path):
     assert sorted(os.listdir(service.inbox)) == [".half-written"]
 
 
+def test_a_folder_in_the_inbox_is_answered_once_even_where_it_cannot_be_removed(tmp_path):
+    service = _service(tmp_path)
+    lines: list[str] = []
+    service.log = lines.append
+    (service.inbox / NAME / "sealed").mkdir(parents=True)
+    (service.inbox / NAME / "sealed" / "file").write_text("x")
+    (service.inbox / NAME / "sealed").chmod(0o500)  # as another account's folder would be (root removes it anyway)
+    try:
+        for _ in range(2):
+            push_service.serve(service, once=True)
+    finally:
+        if (service.inbox / NAME).exists():
+            (service.inbox / NAME / "sealed").chmod(0o700)
+    assert sum(line.startswith(f"{NAME}: answered 2") for line in lines) == 1
+    assert "not a regular file" in (service.outbox / NAME / "summary.md").read_text()
+
+
 def test_a_request_the_job_stopped_waiting_for_is_not_graded(tmp_path):
     service = _service(tmp_path)
     (service.inbox / NAME).write_bytes(_request(fields=_fields(deadline=str(int(time.time()) - 1))))
