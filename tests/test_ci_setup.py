@@ -21,7 +21,8 @@ def _fake_bin(folder: Path) -> Path:
     scripts = {
         "bwrap": "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n",
         "id": "#!/bin/sh\necho 1000\n",
-        "make": f'#!/bin/sh\nif [ "$1" = test ]; then echo "MAKE TEST RAN"; exit 0; fi\nexec {shutil.which("make")} "$@"\n',
+        "make": f'#!/bin/sh\nif [ "$1" = test ]; then echo "MAKE TEST RAN"; exit 0; fi\n'
+                f'exec {shutil.which("make")} "$@"\n',
     }
     for name, text in scripts.items():
         (folder / name).write_text(text)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from course.recorder import alone
-from grader import sandbox
+from grader import sandbox, wall_tree
 from grader.gpu_gate import GpuGate
 from grader.layout import REPO
 from grader.run_alone import AloneChannel
@@ -171,8 +171,8 @@ def test_the_request_crosses_the_sandbox_wall(tmp_path):
         gate = GpuGate(idle=lambda gpu: True)
         with gate.shared("0") as run, AloneChannel(scratch / "gpu-alone", run) as channel:
             code = "from course.recorder.alone import gpu_alone\nwith gpu_alone() as held: print(held)"
-            env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch), "PYTHONPATH": str(REPO),
-                   **channel.environment()}
+            env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch),
+                   "PYTHONPATH": str(wall_tree.tree()), **channel.environment()}
             result = sandbox.run([sys.executable, "-c", code], scratch=scratch, env=env,
                                  limits=sandbox.Limits(seconds=60), log_path=tmp_path / "log", pause=run)
         assert result.status == "ok", (tmp_path / "log").read_text()
