@@ -39,7 +39,8 @@ _CUDA_FAILURES = ("CUDA error", "illegal memory access", "misaligned address", "
                   "AcceleratorError")
 _STATUSES = {results.OK, results.TIMEOUT, results.KERNEL_DIED, results.CUDA_ERROR, results.GRADER_ERROR}
 _SANDBOX_STATUS = {"timeout": results.TIMEOUT, "memory": results.MEMORY, "output_limit": results.OUTPUT_LIMIT,
-                   "scratch_limit": results.SCRATCH_LIMIT, "error": results.GRADER_ERROR}
+                   "scratch_limit": results.SCRATCH_LIMIT, "error": results.GRADER_ERROR,
+                   "gpu_hang": results.GPU_HANG, "gpu_memory": results.GPU_MEMORY}
 # What a notebook run prints, besides its log: what leaves the sandbox (pipeline._keep). The rest of the
 # scratch directory (HOME, TMPDIR, Triton's and inductor's caches) counts against the scratch quota.
 PRINTED = ("executed.ipynb", "outcome.json", "export")

@@ -5,9 +5,12 @@ and a run cannot be asked to stop using it, so the gate freezes it: ``exclusive(
 every run attached to that GPU (SIGSTOP, which no process can catch or ignore), waits until the GPU has
 finished the work those runs had already queued (``idle``), and lets them go on (SIGCONT) when the holder is
 done. One holder at a time per GPU; the others wait. A run attached while its GPU is held starts frozen.
-Where the GPU does not go idle (a frozen run's kernel that never ends), the runs are let go on for a while, so
-that their own limits can stop it, and frozen and drained again; a hold whose GPU never went idle is ``busy``,
-and the judge's verdict from it is a grader fault, not a grade (grader.watchdog).
+Where the GPU does not go idle (a frozen run's kernel that never ends), the driver's per-process accounting
+(``grader.gpu_work``) names the runs whose processes still ran kernels after the drain's limit: those runs are
+stopped at once, each with a status of its own (``GPU_HANG``), and the drain goes on. Where it cannot name one,
+the runs are let go on for a while, so that their own limits can stop it, and frozen and drained again; a hold
+whose GPU never went idle is ``busy``, and the judge's verdict from it is a grader fault, not a grade
+(grader.watchdog).
 
 The seconds a run spends frozen are counted (``Pausable.paused_seconds``), so that its time limit counts only
 the time it could run. The cell limits inside a notebook leave them out too, by a clock of their own that stands
@@ -28,6 +31,14 @@ import psutil
 # GPU index -> idle now? (None: cannot tell). A probe with a ``start(gpu)`` method is told when the GPU's other users
 # are frozen, so that it can count only what ran after that (grader.gpu_idle.IdleProbe).
 IdleProbe = Callable[[str], bool | None]
+# (GPU index, a moment in microseconds) -> the host pids whose kernels ran on it after that (None: cannot tell);
+# grader.gpu_work.busy_since.
+BusyProbe = Callable[[str, int], set[int] | None]
+GPU_HANG = "gpu_hang"  # the sandbox status of a run stopped because its kernel never ended
+GPU_MEMORY = "gpu_memory"  # the sandbox status of a run stopped for holding more than its share of GPU memory
+# Kernels a frozen run still runs this long after the drain began, in the last CULPRIT_WINDOW_US of samples, are
+# its own: nothing it queued before the freeze lasts that long in an honest notebook (the course's are milliseconds).
+CULPRIT_WINDOW_US = 2_000_000
 DRAIN_POLL_SECONDS = 0.05
 DRAIN_LIMIT_SECONDS = 30.0
 SETTLE_SECONDS = 0.25  # without a probe: the wait that lets in-flight work of frozen runs end
@@ -76,6 +87,20 @@ class Pausable:
     _paused_total: float = 0.0
     _paused_since: float | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    # (sandbox status, message) once the grader stopped the run for what it did on the GPU (GPU_HANG, GPU_MEMORY)
+    stopped: tuple[str, str] | None = None
+
+    def pids(self) -> set[int]:
+        """The host pids of the run's processes now."""
+        return {process.pid for process in process_tree(self.process)} if self.process is not None else set()
+
+    def stop(self, status: str, message: str) -> None:
+        """End the run at once (every process of it, frozen or not), saying why; its sandbox reports ``status``."""
+        with self._lock:
+            if self.stopped is None:
+                self.stopped = (status, message)
+            if self.process is not None:
+                _signal_tree(self.process, signal.SIGKILL)
 
     def attach(self, pid: int) -> None:
         """The run's process exists now (frozen at once when its GPU is held)."""
@@ -127,8 +152,11 @@ class GpuGate:
 
     def __init__(self, idle: IdleProbe | None = None, drain_limit: float = DRAIN_LIMIT_SECONDS,
                  thaw_seconds: float = THAW_SECONDS, retry_drain: float = RETRY_DRAIN_SECONDS,
-                 busy_limit: float = BUSY_LIMIT_SECONDS) -> None:
+                 busy_limit: float = BUSY_LIMIT_SECONDS, busy_processes: BusyProbe | None = None,
+                 now_us: Callable[[], int] = lambda: int(time.time() * 1e6)) -> None:
         self._idle = idle
+        self._busy_processes = busy_processes
+        self._now_us = now_us
         self._drain_limit = drain_limit
         self._thaw_seconds = thaw_seconds
         self._retry_drain = retry_drain
@@ -138,6 +166,7 @@ class GpuGate:
         self._held: set[str] = set()
         self._users: dict[str, list[Pausable]] = {}
         self.holds: list[tuple[str, float, float]] = []  # (GPU, held from, to) by ``time.monotonic``, as they end
+        self.stops: list[tuple[str, float, str]] = []  # (GPU, when by ``time.monotonic``, status) of each run stopped
 
     def _gpu_lock(self, gpu: str) -> threading.Lock:
         with self._lock:
@@ -183,6 +212,8 @@ class GpuGate:
                 self._held.add(gpu)
             self._freeze_users(gpu, keep)
             idle, hold.drain_note = self._drain(gpu, self._drain_limit)
+            if idle is False and self.stop_culprits(gpu, keep, time.monotonic() - began):
+                idle, hold.drain_note = self._drain(gpu, self._retry_drain)
             tries = 1
             while idle is False and time.monotonic() - began < self._busy_limit:
                 self._thaw_users(gpu)
@@ -205,6 +236,31 @@ class GpuGate:
                 self.holds.append((gpu, began, time.monotonic()))
             hold.held = time.monotonic() - began
             lock.release()
+
+    def users(self, gpu: str) -> list[Pausable]:
+        with self._lock:
+            return list(self._users.get(gpu, []))
+
+    def stop(self, user: Pausable, status: str, message: str) -> None:
+        """Stop one run of ``user.gpu`` for what it did there, and remember when (``stops``)."""
+        user.stop(status, message)
+        with self._lock:
+            self.stops.append((user.gpu, time.monotonic(), status))
+
+    def stop_culprits(self, gpu: str, keep: Pausable | None, waited: float) -> list[Pausable]:
+        """Stop the frozen runs of ``gpu`` whose kernels still ran in the last moments: frozen for ``waited`` s, such
+        a kernel is one that does not end. Returns them ([] where the driver cannot name any)."""
+        if self._busy_processes is None:
+            return []
+        busy = self._busy_processes(gpu, self._now_us() - CULPRIT_WINDOW_US)
+        if not busy:
+            return []
+        culprits = [user for user in self.users(gpu) if user is not keep and user.pids() & busy]
+        for user in culprits:
+            self.stop(user, GPU_HANG, f"a kernel launched in your notebook ran more than {waited:.0f} s without "
+                      "finishing; your notebook was stopped there (look for a loop whose exit condition never "
+                      "becomes true, or a barrier that not every thread reaches)")
+        return culprits
 
     def _freeze_users(self, gpu: str, keep: Pausable | None) -> None:
         with self._lock:

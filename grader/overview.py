@@ -22,13 +22,14 @@ from grader.term import LATE, NO_TIME
 
 # Every notebook status the grader knows, in the order the overview lists them (those another version
 # of results.py lacks are skipped; a status seen in the results but not listed here comes last).
-_STATUS_NAMES = ("OK", "MISSING", "TIMEOUT", "KERNEL_DIED", "CUDA_ERROR", "MEMORY", "OUTPUT_LIMIT", "SCRATCH_LIMIT",
-                 "CORRUPT", "AMBIGUOUS", "GRADER_ERROR")
+_STATUS_NAMES = ("OK", "MISSING", "TIMEOUT", "GPU_HANG", "KERNEL_DIED", "CUDA_ERROR", "MEMORY", "GPU_MEMORY",
+                 "OUTPUT_LIMIT", "SCRATCH_LIMIT", "BUILD_LIMIT", "CORRUPT", "AMBIGUOUS", "GRADER_ERROR")
 KNOWN_STATUSES = tuple(getattr(results, name) for name in _STATUS_NAMES if hasattr(results, name))
 STATUS_LABELS = {
     "ok": "ok (ran to its end)", "missing": "missing (nothing submitted)", "timeout": "timeout",
     "kernel_died": "kernel died", "cuda_error": "CUDA error", "memory": "memory limit", "output_limit": "output limit",
-    "scratch_limit": "scratch file quota",
+    "scratch_limit": "scratch file quota", "gpu_hang": "kernel never ended", "gpu_memory": "GPU memory limit",
+    "build_limit": "compile limit",
     "corrupt": "corrupt file", "ambiguous": "ambiguous (several candidate files)", "grader_error": "grader error",
 }
 

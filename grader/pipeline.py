@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import hashlib
 import json
 import os
@@ -43,10 +44,23 @@ from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
 from course.recorder.plan_format import NOMINAL_TARGET
-from grader import GRADER_VERSION, gpu_idle, gpu_nodes, gradebook, judge, results, sandbox, score, term, watchdog
+from grader import (
+    GRADER_VERSION,
+    gpu_idle,
+    gpu_nodes,
+    gpu_work,
+    gradebook,
+    judge,
+    results,
+    sandbox,
+    score,
+    term,
+    watchdog,
+)
 from grader.compile_ttgir import compile_built
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
 from grader.gpu_gate import GpuGate, Pausable
+from grader.gpu_watch import RunWatch
 from grader.layout import (
     REPO,
     SOLUTIONS,
@@ -97,6 +111,9 @@ class Settings:
     replay_floor: float = 20.0
     replay_factor: float = 50.0
     memory_bytes: int = 8 * 2**30
+    # GPU memory a run may hold (grader.gpu_watch); None: the GPU's memory shared evenly by the runs on it, with two
+    # shares kept for the judge and the reference
+    gpu_memory_bytes: int | None = None
     output_bytes: int = 64 * 2**20
     scratch_bytes: int = 2 * 2**30
     cpus_per_run: int | None = None  # None: the CPUs shared evenly among the parallel runs
@@ -493,7 +510,7 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _LOG_NOISE = ("Kernel is running over TCP without encryption",)  # Jupyter's warning in every run's log
 _RUN_STATUSES = {results.TIMEOUT, results.KERNEL_DIED, results.CUDA_ERROR, results.MEMORY, results.OUTPUT_LIMIT,
-                 results.SCRATCH_LIMIT, results.GRADER_ERROR}
+                 results.SCRATCH_LIMIT, results.GRADER_ERROR, results.GPU_HANG, results.GPU_MEMORY}
 
 
 def _text(value: Any) -> str:
@@ -774,10 +791,12 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
             progress(done, len(todo), result)
 
     began = time.monotonic()
-    gate = GpuGate(gpu_idle.IdleProbe()) if settings.device == "gpu" and settings.schedule == "pipeline" else None
+    gate = (GpuGate(gpu_idle.IdleProbe(), busy_processes=gpu_work.busy_since)
+            if settings.device == "gpu" and settings.schedule == "pipeline" else None)
     tasks: dict[str, tuple[Submission, Task, list[str]]] = {}
     with plots_ahead, Scheduler(limits, GradingStages(), gate,
-                                one_at_a_time=settings.schedule == "serial") as scheduler:
+                                one_at_a_time=settings.schedule == "serial") as scheduler, \
+            _watched(gate, limits, settings):
         references: dict[str, Future] = {}
         for assignment, name in needed if settings.device == "gpu" else []:
             notebook = find_course_notebook(assignment, name)
@@ -849,6 +868,16 @@ def _graded_result(submission: Submission, graded: Graded, task: Task, settings:
     if result.stopped_at and result.status != results.OK:
         result.message = f"{result.message}; it stopped in {result.stopped_at}".lstrip("; ")
     return result
+
+
+def _watched(gate: GpuGate | None, limits: Limits, settings: Settings) -> contextlib.AbstractContextManager:
+    """The run watch on the gate's GPUs (grader.gpu_watch), or nothing where there is no gate."""
+    if gate is None:
+        return contextlib.nullcontext()
+    runs_per_gpu = -(-limits.runs // max(1, len(limits.gpus)))
+    memory = {gpu: settings.gpu_memory_bytes or ((total // (runs_per_gpu + 2)) if total else None)
+              for gpu in limits.gpus for total in [gpu_work.total_memory(gpu)]}
+    return RunWatch(gate, limits.gpus, gpu_work.busy_since, gpu_work.memory_by_process, memory)
 
 
 def timeline(scheduler: Scheduler, gate: GpuGate | None, began: float) -> dict[str, list[dict[str, Any]]]:

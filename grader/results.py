@@ -21,9 +21,12 @@ GRADER_ERROR = "grader_error"
 MEMORY = "memory"
 OUTPUT_LIMIT = "output_limit"  # printed too much: cell outputs, the run's log, exported answers
 SCRATCH_LIMIT = "scratch_limit"  # wrote too many other files (compiler caches, temporary files)
+GPU_HANG = "gpu_hang"  # a kernel of the run never ended on the shared GPU: the run was stopped there
+GPU_MEMORY = "gpu_memory"  # held more than its share of the shared GPU's memory: stopped
+BUILD_LIMIT = "build_limit"  # the notebook's kernels took more than the build's time or memory to compile
 # A notebook with one of these was found but not graded normally (its points are 0 or incomplete).
 NOT_GRADED_NORMALLY = (TIMEOUT, KERNEL_DIED, CUDA_ERROR, CORRUPT, AMBIGUOUS, GRADER_ERROR, MEMORY, OUTPUT_LIMIT,
-                       SCRATCH_LIMIT)
+                       SCRATCH_LIMIT, GPU_HANG, GPU_MEMORY, BUILD_LIMIT)
 
 # Item statuses.
 PASSED, FAILED, PARTIAL, PENDING, NOT_RUN = "passed", "failed", "partial", "pending", "not_run"

@@ -64,7 +64,8 @@ class Limits:
 
 @dataclass
 class SandboxResult:
-    # "ok", "failed", "timeout", "memory", "output_limit", "scratch_limit" or "error" (the sandbox could not start)
+    # "ok", "failed", "timeout", "memory", "output_limit", "scratch_limit", "error" (the sandbox could not start), or
+    # the GPU gate's "gpu_hang" or "gpu_memory" (it stopped the run for what it did on its GPU)
     status: str
     returncode: int | None
     message: str
@@ -486,6 +487,9 @@ def _run(argv: Sequence[str], scratch: Path, env: dict[str, str], limits: Limits
     finally:
         _kill_everything(child, seen)
     statuses = _read_available(status_read) if sandbox else ""
+    if pausable is not None and pausable.stopped is not None:  # the GPU gate stopped it (grader.gpu_gate)
+        status, message = pausable.stopped
+        return result(status, child.returncode, message, peak)
     if stopped is None:
         output, files = _written_bytes(scratch, log_path, printed)
         # A write cut short by RLIMIT_FSIZE (SIGXFSZ) ends at the quota exactly.

@@ -1,0 +1,90 @@
+"""Which processes have work on a GPU, from the driver's per-process accounting (NVML, through NVIDIA's own bindings,
+``nvidia-ml-py``): the processes whose kernels ran in a recent window, and the memory each holds.
+
+The GPU gate (``grader.gpu_gate``) asks which frozen run still has a kernel running when a drain does not finish,
+and the run watch asks which run has kept its GPU busy for long and how much memory each holds. The process ids
+are the host's, as the driver sees them: the ones psutil finds for a sandboxed run's processes. Every function
+answers None where NVML cannot tell (no driver, no such GPU, a driver without per-process samples).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from functools import cache
+from typing import Any
+
+from grader import gpu_nodes
+
+_LOCK = threading.Lock()  # NVML is thread-safe; the bindings' lazy loading is not
+
+
+@cache
+def _nvml() -> Any | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no package, no driver library, no GPU: NVML cannot tell
+        return None
+    return pynvml
+
+
+@cache
+def _handle(gpu: str) -> Any | None:
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        uuid = gpu_nodes.cuda_device(gpu).uuid
+        return nvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else None
+    except (gpu_nodes.GpuUnavailable, nvml.NVMLError):
+        return None
+
+
+def now_us() -> int:
+    """A moment in NVML's sample clock (microseconds of the host's wall clock)."""
+    return int(time.time() * 1e6)
+
+
+def busy_since(gpu: str, since_us: int) -> set[int] | None:
+    """The processes whose kernels kept ``gpu``'s multiprocessors busy in a sample taken after ``since_us``."""
+    with _LOCK:
+        handle = _handle(gpu)
+        if handle is None:
+            return None
+        nvml = _nvml()
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+        except nvml.NVMLError_NotFound:
+            return set()  # no sample newer than that: nothing ran
+        except nvml.NVMLError:
+            return None
+    return {sample.pid for sample in samples if sample.timeStamp > since_us and sample.smUtil > 0}
+
+
+def memory_by_process(gpu: str) -> dict[int, int] | None:
+    """The bytes of ``gpu``'s memory each process with a context on it holds (0 where the driver does not say)."""
+    with _LOCK:
+        handle = _handle(gpu)
+        if handle is None:
+            return None
+        nvml = _nvml()
+        try:
+            processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except nvml.NVMLError:
+            return None
+    return {process.pid: int(process.usedGpuMemory or 0) for process in processes}
+
+
+def total_memory(gpu: str) -> int | None:
+    """``gpu``'s memory in bytes."""
+    with _LOCK:
+        handle = _handle(gpu)
+        if handle is None:
+            return None
+        nvml = _nvml()
+        try:
+            return int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
+        except nvml.NVMLError:
+            return None
