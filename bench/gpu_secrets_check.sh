@@ -9,9 +9,9 @@ OUT=${OUT:-build/gpu-secrets}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 python3 -m grader.sandbox
-python3 bench/sandbox_startup.py --repeats 15 --json "$OUT/startup.json"
+python3 bench/sandbox_startup.py --repeats 9 --json "$OUT/startup.json"
 if [ -d .base/grader ]; then
-    PYTHONPATH=/opt/site:$PWD/.base python3 -P bench/sandbox_startup.py --repeats 15 --label "${BASE_LABEL:-.base}" \
+    PYTHONPATH=/opt/site:$PWD/.base python3 -P bench/sandbox_startup.py --repeats 9 --label "${BASE_LABEL:-.base}" \
         --json "$OUT/startup_before.json"
 fi
 python3 -m pytest tests/test_secrets.py -p no:randomly -p no:cacheprovider -q -rA 2>&1 | tee "$OUT/secrets.log"

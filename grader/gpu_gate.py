@@ -36,9 +36,12 @@ IdleProbe = Callable[[str], bool | None]
 BusyProbe = Callable[[str, int], set[int] | None]
 GPU_HANG = "gpu_hang"  # the sandbox status of a run stopped because its kernel never ended
 GPU_MEMORY = "gpu_memory"  # the sandbox status of a run stopped for holding more than its share of GPU memory
-# Kernels a frozen run still runs this long after the drain began, in the last CULPRIT_WINDOW_US of samples, are
+# Kernels a frozen run still ran in the last CULPRIT_WINDOW_US of samples, CULPRIT_AFTER_SECONDS into a drain, are
 # its own: nothing it queued before the freeze lasts that long in an honest notebook (the course's are milliseconds).
 CULPRIT_WINDOW_US = 2_000_000
+# How long a drain waits before asking the driver for such a kernel: far longer than any honest queue of the course's
+# kernels takes to run out (they synchronise every few milliseconds of work).
+CULPRIT_AFTER_SECONDS = 10.0
 DRAIN_POLL_SECONDS = 0.05
 DRAIN_LIMIT_SECONDS = 30.0
 SETTLE_SECONDS = 0.25  # without a probe: the wait that lets in-flight work of frozen runs end
@@ -153,8 +156,10 @@ class GpuGate:
     def __init__(self, idle: IdleProbe | None = None, drain_limit: float = DRAIN_LIMIT_SECONDS,
                  thaw_seconds: float = THAW_SECONDS, retry_drain: float = RETRY_DRAIN_SECONDS,
                  busy_limit: float = BUSY_LIMIT_SECONDS, busy_processes: BusyProbe | None = None,
-                 now_us: Callable[[], int] = lambda: int(time.time() * 1e6)) -> None:
+                 now_us: Callable[[], int] = lambda: int(time.time() * 1e6),
+                 culprit_after: float = CULPRIT_AFTER_SECONDS) -> None:
         self._idle = idle
+        self._culprit_after = culprit_after
         self._busy_processes = busy_processes
         self._now_us = now_us
         self._drain_limit = drain_limit
@@ -211,9 +216,13 @@ class GpuGate:
             with self._lock:
                 self._held.add(gpu)
             self._freeze_users(gpu, keep)
-            idle, hold.drain_note = self._drain(gpu, self._drain_limit)
+            # First a short drain: a frozen run's kernel still running after it is named by the driver and its run
+            # stopped, so that the others are not kept frozen for the whole drain.
+            idle, hold.drain_note = self._drain(gpu, min(self._culprit_after, self._drain_limit))
             if idle is False and self.stop_culprits(gpu, keep, time.monotonic() - began):
                 idle, hold.drain_note = self._drain(gpu, self._retry_drain)
+            elif idle is False and self._drain_limit > self._culprit_after:
+                idle, hold.drain_note = self._drain(gpu, self._drain_limit - self._culprit_after)
             tries = 1
             while idle is False and time.monotonic() - began < self._busy_limit:
                 self._thaw_users(gpu)

@@ -4,7 +4,7 @@ Every ``interval`` seconds, for each GPU:
 
 - a run whose processes hold more than ``memory_limit`` bytes of the GPU's memory is stopped at once (status
   ``gpu_memory``), before its neighbours' allocations fail;
-- a run whose kernels have kept the GPU busy in every look for ``busy_seconds`` straight gets a drain: a hold of
+- a run whose kernels have kept the GPU busy in every look for ``busy_seconds`` (20) straight gets a drain: a hold of
   the gate with nothing timed, in which a kernel that never ends is found by the driver's per-process accounting
   and its run stopped (``grader.gpu_gate``, status ``gpu_hang``). An honest run that is simply busy loses a moment
   (its kernels end within the drain); the others are frozen no longer than a drain.
@@ -24,7 +24,7 @@ from grader.gpu_gate import GPU_MEMORY, BusyProbe, GpuGate, Pausable
 
 WATCH_SECONDS = 1.0
 # Well above the longest honest kernel of the course (milliseconds) and below a minute.
-BUSY_SECONDS = 30.0
+BUSY_SECONDS = 20.0
 MemoryProbe = Callable[[str], dict[int, int] | None]  # GPU index -> bytes held by each host pid
 
 

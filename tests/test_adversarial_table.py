@@ -21,8 +21,9 @@ def test_a_verdict_matches_only_its_status_and_points():
 def test_a_second_gpu_verdict_is_accepted_on_a_gpu_only():
     spins = EXPECTED["kernel_spins_forever"]
     assert spins.mismatch("gpu", "ok", STUB_TWO_GPU) == ""
-    assert spins.mismatch("gpu", "timeout", ZERO_GPU) == ""
-    assert spins.mismatch("gpu", "timeout", STUB_TWO_GPU) != ""  # a timeout keeps no quiz point
+    assert spins.mismatch("gpu", "gpu_hang", ZERO_GPU) == ""
+    assert spins.mismatch("gpu", "gpu_hang", STUB_TWO_GPU) != ""  # a stopped run keeps no quiz point
+    assert spins.mismatch("gpu", "timeout", ZERO_GPU) != ""
     assert spins.mismatch("gpu", "ok", ZERO_GPU) != ""
     assert spins.mismatch("cpu", "timeout", {**spins.cpu, **{k: 0 for k in spins.cpu if spins.cpu[k]}}) != ""
 

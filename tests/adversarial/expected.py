@@ -280,7 +280,7 @@ EXPECTED: dict[str, Expected] = {
         "answers judged first; a per-replay watchdog stops it and fails only the kernel's items. A run frozen while "
         "a judge times, between a launch's clock read and the launch, makes the kernel late in the notebook itself: "
         "its cell is stopped at the limit (status timeout, nothing graded)", gpu_only=True,
-        gpu_also=("timeout", ZERO_GPU),
+        gpu_also=("gpu_hang", ZERO_GPU),
         old="GPU 0: quiz lost too, GPU busy for the judge's whole limit (H200, before issue 15)"),
     "jit_decorator_payload": _stub_two("decorator lambda runs a payload (rebinds check_one) at definition",
                                        "decorator not plain; definitions never run in the judge", old="CPU 7, GPU 7"),
@@ -308,6 +308,19 @@ EXPECTED: dict[str, Expected] = {
                            "scratch quota, apparent size counted", status=("scratch_limit",),
                            old="not run (output_limit since the sandbox, one limit for all)"),
     "infinite_loop": _zero("while True: time.sleep(1) in a cell", "time limit", status=("timeout",), old="not run"),
+    # a shared GPU: what one run does there costs only that run
+    "kernel_never_ends": _zero("a Triton kernel waiting on a flag nobody sets, after honest cells",
+                               "the driver names the run whose kernel outlives a drain: stopped there",
+                               status=("gpu_hang",), gpu_only=True, old="no notebook of a class of 5 graded in 470 s"),
+    "gpu_memory_hog": _zero("90% of the GPU's memory held, after honest cells",
+                            "the run watch stops a run past its share of GPU memory", status=("gpu_memory",),
+                            gpu_only=True, old="not run"),
+    "illegal_address": _zero("a Triton store a terabyte past its buffer, after honest cells",
+                             "a fault ends only its own process's context", status=("cuda_error",), gpu_only=True,
+                             old="not run"),
+    "build_bomb": _zero("a Triton kernel unrolling 100,000 steps, launched after honest cells",
+                        "the run's own cell and memory limits", status=("timeout", "memory"), gpu_only=True,
+                        old="not run"),
     "os_exit": _zero("os._exit(1) in a cell", "kernel death is a status", status=("kernel_died",), old="not run"),
     "host_memory_100g": _zero("100 GiB of host memory, every page touched", "memory limit",
                               status=("memory", "kernel_died"), old="not run"),
