@@ -7,7 +7,9 @@ a CPU its plans are replayed on secret inputs through Triton's interpreter in a 
 the judge (``grader.judge``: on a GPU its own process, under ``grader.watchdog``) runs the master
 test cells on the exported answers, then replays the plans on secret inputs (GPU) or checks the
 replayed outputs (CPU) -> score (here) -> gradebook and
-``results/<student id>/<assignment>/<notebook>.json`` (atomic). Only this process writes OUT.
+``results/<student id>/<assignment>/<notebook>.json`` (atomic). Only this process writes OUT: it holds OUT's lock
+(``grader.out_lock``) throughout, and a stop signal (``grader.stopping``) ends it with every process it started
+killed and no result half-written.
 Every student folder yields a result for every notebook of the batch's assignments, graded or not
 (``grader.layout.find_submissions``); the student id is the folder name's safe form.
 A judge or build that fails is the grader's fault: ``grader_error``, never a student's zero.
@@ -51,9 +53,11 @@ from grader import (
     gpu_work,
     gradebook,
     judge,
+    out_lock,
     results,
     sandbox,
     score,
+    stopping,
     term,
     watchdog,
 )
@@ -375,13 +379,26 @@ class Staged:
 
 def run_stage(task: Task, pause: Pausable | None = None) -> Staged:
     """The notebook's run in the sandbox with the recording cell (on its GPU, shared); never raises for anything
-    the notebook does. ``pause``: its handle at the GPU gate."""
+    the notebook does. ``pause``: its handle at the GPU gate. A run whose GPU allocation failed while the gate
+    stopped another run of its GPU for holding too much memory runs once more: the memory was not its to lose."""
+    jobs = kernel_calls(task.plan.notebook, task.settings, task.run_seed, task.key, task.bench_only)
+    began = time.monotonic()
+    outcome, exported = _run_once(task, jobs, pause)
+    if pause is not None and pause.gate is not None and _ran_out_of_gpu_memory(task.run / "executed.ipynb") \
+            and any(gpu == pause.gpu and when >= began and status == results.GPU_MEMORY
+                    for gpu, when, status in pause.gate.stops):
+        first = outcome.timings.get("notebook", 0.0)
+        outcome, exported = _run_once(task, jobs, pause)
+        outcome.timings["notebook_before_a_neighbours_memory_stop"] = first
+    return Staged(outcome, jobs, exported)
+
+
+def _run_once(task: Task, jobs: list[dict[str, Any]], pause: Pausable | None) -> tuple[Outcome, dict[str, Any]]:
     task.run.mkdir(parents=True, exist_ok=True)
     for stale in ("executed.ipynb", "outcome.json", "verdict.json"):
         (task.run / stale).unlink(missing_ok=True)
     for stale in ("export", "built", "judge-parts", "replayed"):
         shutil.rmtree(task.run / stale, ignore_errors=True)
-    jobs = kernel_calls(task.plan.notebook, task.settings, task.run_seed, task.key, task.bench_only)
     scratch = sandbox.make_scratch()
     try:
         request = _recording_request(jobs, task.plan, task.settings.device, scratch)
@@ -397,7 +414,27 @@ def run_stage(task: Task, pause: Pausable | None = None) -> Staged:
             outcome.timings["recording"] = recording
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return Staged(outcome, jobs, exported)
+    return outcome, exported
+
+
+_OUT_OF_MEMORY = ("out of memory", "OutOfMemoryError", "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation")
+
+
+def _ran_out_of_gpu_memory(executed: Path) -> bool:
+    """Whether a cell of the executed notebook failed for want of GPU memory."""
+    try:
+        if executed.is_symlink() or executed.stat().st_size > _MAX_EXECUTED_BYTES:
+            return False
+        cells = json.loads(executed.read_text(encoding="utf-8", errors="replace")).get("cells", [])
+    except (OSError, ValueError, AttributeError):
+        return False
+    for cell in cells if isinstance(cells, list) else []:
+        for output in (cell.get("outputs") or []) if isinstance(cell, dict) else []:
+            if isinstance(output, dict) and output.get("output_type") == "error":
+                text = f"{output.get('ename', '')}: {output.get('evalue', '')}"
+                if any(marker in text for marker in _OUT_OF_MEMORY):
+                    return True
+    return False
 
 
 def build_stage(task: Task, staged: Staged) -> Staged:
@@ -742,12 +779,37 @@ def limits_for(settings: Settings) -> Limits:
     return Limits(tuple(gpus), runs, settings.builds or max(1, cpus // 4), settings.judges_per_gpu)
 
 
+@dataclass
+class _Tally:
+    """How far a batch got: what a stop signal's line says."""
+
+    complete: int = 0
+    total: int | None = None
+
+    def __str__(self) -> str:
+        if self.total is None:
+            return "before grading began"
+        return f"{self.complete} of {self.total} notebooks complete"
+
+
 def grade(submissions_root: Path, out: Path, settings: Settings,
           log: Callable[[str], None] = print, progress: Callable[[int, int, NotebookResult], None] | None = None,
           ) -> list[NotebookResult]:
-    """Grade every submission under ``submissions_root`` into ``out``; returns all results."""
+    """Grade every submission under ``submissions_root`` into ``out``; returns all results. Holds OUT's lock
+    (``out_lock.OutBusy`` where another grader does); a stop signal or Ctrl-C raises ``stopping.Stopped`` saying
+    how many notebooks are complete, once every process the batch started is gone."""
     # Absolute: the judge and the sandboxed stages run in scratch folders of their own and are handed paths in OUT.
     submissions_root, out = submissions_root.resolve(), out.resolve()
+    tally = _Tally()
+    with out_lock.held(out, log=log):
+        try:
+            return _grade(submissions_root, out, settings, log, progress, tally)
+        except KeyboardInterrupt as interrupt:
+            raise stopping.Stopped.of(interrupt, str(tally)) from interrupt
+
+
+def _grade(submissions_root: Path, out: Path, settings: Settings, log: Callable[[str], None],
+           progress: Callable[[int, int, NotebookResult], None] | None, tally: _Tally) -> list[NotebookResult]:
     _check_sandbox(settings, log)
     limits = limits_for(settings)
     if settings.cpus_per_run is None:
@@ -769,6 +831,7 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
         log(f"note: no student folders in {submissions_root}")
     todo = [s for s in submissions if not _up_to_date(out, s, settings)]
     kept = len(submissions) - len(todo)
+    tally.complete, tally.total = kept, len(submissions)
     if kept:
         log(f"{kept} notebook(s) already graded by grader {GRADER_VERSION} on {settings.device_name}: kept "
             "(use --force to grade them again)")
@@ -784,9 +847,11 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     def finished(submission: Submission, result: NotebookResult, notebook: nbformat.NotebookNode | None,
                  book: Gradebook | None = None) -> None:
         nonlocal done
-        record_result(out, submission, result, notebook, book)
+        with stopping.deferred():  # a result and its gradebook rows whole, or neither
+            record_result(out, submission, result, notebook, book)
+            done += 1
+            tally.complete += 1
         plots_ahead.submit(result)
-        done += 1
         if progress:
             progress(done, len(todo), result)
 
@@ -794,8 +859,8 @@ def grade(submissions_root: Path, out: Path, settings: Settings,
     gate = (GpuGate(gpu_idle.IdleProbe(), busy_processes=gpu_work.busy_since)
             if settings.device == "gpu" and settings.schedule == "pipeline" else None)
     tasks: dict[str, tuple[Submission, Task, list[str]]] = {}
-    with plots_ahead, Scheduler(limits, GradingStages(), gate,
-                                one_at_a_time=settings.schedule == "serial") as scheduler, \
+    with plots_ahead, Scheduler(limits, GradingStages(), gate, one_at_a_time=settings.schedule == "serial",
+                                kill=stopping.kill_children) as scheduler, \
             _watched(gate, limits, settings):
         references: dict[str, Future] = {}
         for assignment, name in needed if settings.device == "gpu" else []:
@@ -844,6 +909,9 @@ def _reference_future(scheduler: Scheduler, out: Path, notebook: CourseNotebook,
     log(f"recording the reference solution {notebook.key} on {settings.device_name}")
 
     def judged(graded: Future) -> None:
+        if scheduler.stopping:  # its run was killed: no verdict on the reference, and nothing to wait for
+            ready.set_result({"error": "the grader stopped"})
+            return
         try:
             ready.set_result(reference_result(out, notebook, settings, run_seed, graded.result(), log))
         except Exception as error:  # the students then get grader_error, never wait forever

@@ -5,17 +5,19 @@ of its own, and leave every other run going. Real processes stand for the runs; 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import threading
 import time
+import types
 from pathlib import Path
 
 import psutil
 import pytest
 
-from grader import results, sandbox
+from grader import pipeline, results, sandbox
 from grader.gpu_gate import GPU_HANG, GPU_MEMORY, GpuGate
 from grader.gpu_watch import RunWatch
 from tests.conftest import HAS_GPU
@@ -222,3 +224,42 @@ flag = torch.zeros(2, dtype=torch.int32, device="cuda")
 spin[(1,)](flag, 0)
 time.sleep(float(sys.argv[1]))
 """
+
+
+def _executed_with(tmp_path: Path, ename: str, evalue: str) -> None:
+    cell = {"cell_type": "code", "metadata": {}, "source": "x", "execution_count": 1,
+            "outputs": [{"output_type": "error", "ename": ename, "evalue": evalue, "traceback": []}]}
+    (tmp_path / "executed.ipynb").write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                                                         "nbformat_minor": 5}))
+
+
+OOM = "CUDA out of memory. Tried to allocate 2.00 GiB"
+
+
+@pytest.mark.parametrize(("stopped", "ename", "evalue", "runs"), [
+    (GPU_MEMORY, "OutOfMemoryError", OOM, 2),  # a neighbour held the memory: the victim runs again
+    (None, "OutOfMemoryError", OOM, 1),  # nobody was stopped: running out of memory was its own doing
+    (GPU_MEMORY, "ValueError", "shapes do not match", 1),  # a neighbour was stopped; this run failed otherwise
+])
+def test_a_run_that_ran_out_of_gpu_memory_while_a_neighbour_was_stopped_for_it_runs_again(
+        tmp_path, monkeypatch, stopped, ename, evalue, runs):
+    gate = GpuGate(lambda gpu: True)
+    calls = []
+
+    def run_once(task, jobs, pause):  # noqa: ANN001
+        calls.append(pause)
+        if len(calls) == 1:
+            _executed_with(tmp_path, ename, evalue)
+            if stopped:
+                gate.stops.append(("0", time.monotonic(), stopped))
+            return pipeline.Outcome(results.OK, "", {"notebook": 3.0}), {}
+        return pipeline.Outcome(results.OK, "", {"notebook": 2.0}), {"answers": {}}
+
+    monkeypatch.setattr(pipeline, "_run_once", run_once)
+    monkeypatch.setattr(pipeline, "kernel_calls", lambda *args: [])
+    task = types.SimpleNamespace(plan=types.SimpleNamespace(notebook=None), settings=None, run_seed=1, key="s",
+                                 bench_only=False, run=tmp_path)
+    with gate.shared("0") as pause:
+        staged = pipeline.run_stage(task, pause)
+    assert len(calls) == runs
+    assert (staged.outcome.timings.get("notebook_before_a_neighbours_memory_stop") == 3.0) == (runs == 2)
