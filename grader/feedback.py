@@ -11,6 +11,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import signal
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -98,7 +99,7 @@ class PlotsAhead:
             if self._pool is None:
                 # spawn: the grader has threads (the scheduler's), which a forked child would inherit mid-state
                 self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=os.nice, initargs=(19,))
+                                                 initializer=_drawer_starts)
             self._pool.submit(_draw_into_cache, result.perf_rows, result.device, str(self.cache))
         except (BrokenProcessPool, OSError, RuntimeError):  # drawing ahead only saves time: never stop grading
             self._broken = True
@@ -106,9 +107,17 @@ class PlotsAhead:
     def __enter__(self) -> PlotsAhead:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        if self._pool is not None:  # a stopped grading waits only for the plot being drawn
+            self._pool.shutdown(wait=True, cancel_futures=kind is not None)
+
+
+def _drawer_starts() -> None:
+    """The drawer runs at the lowest priority, and leaves a stop signal sent to its whole terminal or Slurm job to
+    its grader, which ends it cleanly by cancelling its queue (killed mid-plot, it would leave a partial file)."""
+    os.nice(19)
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)
 
 
 def _perf_table(result: NotebookResult) -> list[dict[str, Any]]:

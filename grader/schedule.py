@@ -15,6 +15,11 @@ it: the baseline that the pipeline's verdicts and timing ratios are compared wit
 
 Every submitted notebook yields exactly one ``Graded``; a stage that raises yields a grader_error, never a lost
 notebook. Results come back through futures; the caller alone writes the gradebook.
+
+Leaving the scheduler's context on an exception (a stop signal: ``grader.stopping``) stops it: queued stages are
+dropped, no stage starts, and ``kill`` is called every 0.1 s until every stage's thread has ended: it kills the
+processes the stages run, whose threads then see them end and unwind. What the futures get meanwhile is never
+recorded (the caller has stopped reading them).
 """
 
 from __future__ import annotations
@@ -100,7 +105,8 @@ class _Least:
 class Scheduler:
     """The three stages' pools; ``submit`` a notebook and get a future of its ``Graded``. Use as a context."""
 
-    def __init__(self, limits: Limits, stages: Stages, gate: GpuGate | None, one_at_a_time: bool = False) -> None:
+    def __init__(self, limits: Limits, stages: Stages, gate: GpuGate | None, one_at_a_time: bool = False,
+                 kill: Callable[[], object] | None = None) -> None:
         self.limits = limits
         self._stages = stages
         self._gate = gate
@@ -114,6 +120,12 @@ class Scheduler:
         self._run_gpus, self._judge_gpus = _Least(limits.gpus), _Least(limits.gpus)
         self.events: list[StageEvent] = []  # every stage that ran, in the order they ended
         self._events_lock = threading.Lock()
+        self._kill = kill
+        self._stopping = threading.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     @contextlib.contextmanager
     def _timed(self, label: str, stage: str, gpu: str | None) -> Iterator[None]:
@@ -127,9 +139,44 @@ class Scheduler:
     def __enter__(self) -> Scheduler:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        for pool in (self._runs, self._builds, self._judges):
-            pool.shutdown(wait=True)
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        pools = (self._runs, self._builds, self._judges)
+        if kind is not None:
+            self._stopping.set()
+            for pool in pools:
+                pool.shutdown(wait=False, cancel_futures=True)
+        with self._sweeping() if kind is not None and self._kill is not None else contextlib.nullcontext():
+            for pool in pools:
+                pool.shutdown(wait=True)
+
+    @contextlib.contextmanager
+    def _sweeping(self) -> Iterator[None]:
+        """``kill`` now and every 0.1 s within: a stage between two processes may start one more."""
+        ended = threading.Event()
+
+        def sweep() -> None:
+            while True:
+                self._kill()
+                if ended.wait(0.1):
+                    return
+
+        sweeper = threading.Thread(target=sweep, name="stop-sweep", daemon=True)
+        sweeper.start()
+        try:
+            yield
+        finally:
+            ended.set()
+            sweeper.join()
+
+    def _submit(self, pool: ThreadPoolExecutor, work: Callable[[], None]) -> None:
+        """``work`` into ``pool``, unless the scheduler is stopping (its pools refuse new work then)."""
+        if self._stopping.is_set():
+            return
+        try:
+            pool.submit(work)
+        except RuntimeError:
+            if not self._stopping.is_set():
+                raise
 
     def submit(self, task: Any, reference: Future | None = None, prepare: Prepare | None = None,
                label: str = "") -> Future:
@@ -140,6 +187,8 @@ class Scheduler:
         def guarded(stage: str, work: Callable[[], None]) -> Callable[[], None]:
             def call() -> None:
                 try:
+                    if self._stopping.is_set():
+                        raise RuntimeError("the grader is stopping")
                     work()
                 except Exception as error:  # any failure is this notebook's grader_error, never a lost notebook
                     if not done.done():
@@ -148,7 +197,9 @@ class Scheduler:
 
         def run() -> None:
             if self._one is not None:
-                self._one.acquire()
+                while not self._one.acquire(timeout=0.5):
+                    if self._stopping.is_set():
+                        raise RuntimeError("the grader is stopping")
                 done.add_done_callback(lambda _: self._one.release())
             with self._run_gpus.take() as gpu, self._cpu or contextlib.nullcontext():
                 use = contextlib.nullcontext(None)
@@ -156,16 +207,16 @@ class Scheduler:
                     use = self._gate.shared(gpu)
                 with use as pause, self._timed(label, "run", gpu):
                     staged = self._stages.run(replace(task, gpu=gpu) if gpu is not None else task, gpu, pause)
-            self._builds.submit(guarded("build", lambda: build(staged)))
+            self._submit(self._builds, guarded("build", lambda: build(staged)))
 
         def build(staged: Any) -> None:
             with self._cpu or contextlib.nullcontext(), self._timed(label, "build", None):
                 staged = self._stages.build(task, staged)
             if reference is None:
-                self._judges.submit(guarded("judge", lambda: judge(task, staged)))
+                self._submit(self._judges, guarded("judge", lambda: judge(task, staged)))
             else:
-                reference.add_done_callback(lambda ready: self._judges.submit(
-                    guarded("judge", lambda: judge_after(ready, staged))))
+                reference.add_done_callback(lambda ready: self._submit(
+                    self._judges, guarded("judge", lambda: judge_after(ready, staged))))
 
         def judge_after(ready: Future, staged: Any) -> None:
             prepared, without_judge = prepare(task, ready.result()) if prepare is not None else (task, None)
