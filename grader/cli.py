@@ -3,7 +3,8 @@
 Exit codes: 0 when every notebook found was graded normally; 1 when ``grade`` or ``check`` found a
 notebook it could not grade normally (a timeout, a dead kernel, a corrupt or ambiguous file...: the
 summary names each; ``grade --allow-ungraded`` exits 0 anyway, unless the grader itself failed on one:
-a ``grader_error`` is never a student's zero); 2 for a usage or setup error.
+a ``grader_error`` is never a student's zero); 2 for a usage or setup error, or another grader using --out;
+128 + the signal's number when stopped by SIGTERM (143), SIGINT (130) or SIGHUP (129), having kept what it finished.
 A missing notebook (nothing submitted) is listed in the summary but does not change the exit code.
 """
 
@@ -20,12 +21,13 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from grader import GRADER_VERSION, release, term
+from grader import GRADER_VERSION, out_lock, release, stopping, term
 from grader.results import GRADER_ERROR, MISSING, NotebookResult
 from grader.schedule import JUDGES_PER_GPU
 from grader.student_view import still_a_stub, stub_verdict, without_hidden_material
@@ -608,11 +610,17 @@ def parser() -> argparse.ArgumentParser:
                     "becomes a row, graded or not. Exit status: 0 when every notebook found was graded normally, "
                     "1 when one was not (the closing summary names each; --allow-ungraded exits 0 unless the grader "
                     "itself failed on one), 2 for a "
-                    "usage or setup error. Missing notebooks are listed but do not change the exit status.")
+                    "usage or setup error. Missing notebooks are listed but do not change the exit status. One "
+                    "grader per --out: while one grades it, grade, check, export and feedback on it refuse, naming "
+                    "it (exit status 2; --wait waits). SIGTERM, SIGINT (Ctrl-C) or SIGHUP stops the grading: every "
+                    "process it started is killed, what it finished is kept, and it exits 128 + the signal's "
+                    "number; the same command then grades only what is left.")
     p.add_argument("submissions", nargs="?",
                    help="<dir>/<student>/<assignment>/<notebook>.ipynb (default: the demo class, built in --out)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="where results, CSVs and pages go (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="grade again notebooks already graded (default: keep them)")
+    p.add_argument("--wait", action="store_true",
+                   help="where another grader is grading --out, wait for it to end (default: refuse, exit status 2)")
     p.add_argument("--allow-ungraded", action="store_true",
                    help="exit 0 even when some notebooks could not be graded normally (the summary still lists "
                         "them; `make grade` passes it for the demo class, whose `crashes` student fails by design), "
@@ -710,6 +718,19 @@ def print_stacks(signum: int, frame: Any) -> None:
         print(f"Thread {names.get(ident, ident)} (most recent call last):\n{stack}", file=sys.__stderr__, flush=True)
 
 
+# The commands that write --out: each holds its lock throughout and stops cleanly on a stop signal.
+WRITES_OUT = ("grade", "check", "pushed", "export", "feedback")
+
+
+@contextlib.contextmanager
+def _one_grader(args: argparse.Namespace) -> Iterator[None]:
+    if args.command not in WRITES_OUT:
+        yield
+        return
+    with stopping.on_signals(), out_lock.held(Path(args.out), wait=getattr(args, "wait", False)):
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     from grader.gradebook import GradebookMismatch
     from grader.pipeline import SandboxUnavailable, UnknownGpu
@@ -718,7 +739,14 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(ValueError):  # not the main thread (a test calling main): no handler
         signal.signal(signal.SIGUSR1, print_stacks)
     try:
-        return args.run(args)
+        with _one_grader(args):
+            return args.run(args)
+    except out_lock.OutBusy as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except stopping.Stopped as stopped:
+        print(stopped.line(), file=sys.stderr, flush=True)
+        return stopped.exit_status
     except (GradebookMismatch, SandboxUnavailable, UnknownGpu, NoGpu) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
