@@ -6,6 +6,12 @@ secret seed, so its grades are what a local run gives. The head waits with a pro
 every task that did not finish (failed, preempted, timed out, cancelled) once more, and then records every result
 into OUT's gradebook itself, the only writer. A task that failed twice becomes a grader_error for each of its
 notebooks, never a notebook left out. Slurm's own options: partition, account, time limit, GRES and CPUs per task.
+
+The head holds OUT's lock (``grader.out_lock``); each task holds its own folder's (``OUT/slurm/task-N/out``), so
+neither waits for the other. A task stopped by Slurm (preemption, time limit: SIGTERM) stops as a local grading
+does, keeping its finished notebooks, and its second run (no ``--force``) grades only the rest; a later grading
+carries each student's earlier results into the student's new task folder, where those still up to date are kept.
+The head stopped (``grader.stopping``) cancels its job and waits for Slurm to end the tasks before it exits.
 """
 
 from __future__ import annotations
@@ -23,12 +29,13 @@ import nbformat
 from nbgrader.api import Gradebook
 from tqdm import tqdm
 
-from grader import gradebook, results
-from grader.layout import course_notebooks, find_submissions
+from grader import gradebook, out_lock, results, stopping
+from grader.layout import course_notebooks, find_submissions, safe_id
 from grader.pipeline import REPO, Settings, record_result, result_path, ungraded_result
 from grader.results import GRADER_ERROR, NotebookResult
 
 FINISHED = "exit-code"  # written by the task's script after its grade ended, whatever it decided
+CANCEL_SECONDS = 120.0  # a stopped head waits this long for Slurm to end its tasks (Slurm's KillWait: 30 s by default)
 
 
 @dataclass(frozen=True)
@@ -62,25 +69,52 @@ def task_dirs(work: Path, count: int) -> list[Path]:
 
 
 def stage(work: Path, groups: list[list[Path]]) -> list[Path]:
-    shutil.rmtree(work, ignore_errors=True)
+    """Each group's student folders copied into a task folder of its own, with the results and runs an earlier
+    grading left for those students (its grade keeps those still up to date). SlurmError while a task of an
+    earlier grading still holds its folder."""
+    # Earlier stagings, each in a numbered folder: more than one where a staging was stopped half-way.
+    earlier = work.with_name(f"{work.name}.earlier")
+    if work.is_dir():
+        for old in sorted(work.glob("task-*")):
+            holder = out_lock.busy(old / "out")
+            if holder is not None:
+                raise SlurmError(f"a Slurm task of an earlier grading still grades {old}: {holder.describe()}; "
+                                 "cancel it (scancel) or let it end, then grade again")
+        earlier.mkdir(exist_ok=True)
+        work.rename(earlier / str(len(list(earlier.iterdir()))))
     dirs = task_dirs(work, len(groups))
     for folder, group in zip(dirs, groups, strict=True):
         for student in group:
             shutil.copytree(student, folder / "submissions" / student.name, symlinks=True)
+            _carry(earlier, folder, student.name)
     (work / "logs").mkdir(parents=True)
+    shutil.rmtree(earlier, ignore_errors=True)
     return dirs
 
 
-def script(work: Path, grade_args: list[str], options: SlurmOptions) -> str:
-    """The sbatch script of the array (``--array`` is given on the command line: all tasks, then the retried)."""
+def _carry(earlier: Path, folder: Path, student: str) -> None:
+    """Move ``student``'s results and runs from the earlier task folders that graded them into ``folder``."""
+    for old in sorted(earlier.glob("*/task-*")):
+        if not (old / "submissions" / student).is_dir():
+            continue
+        for kind in ("results", "runs"):
+            source, target = old / "out" / kind / safe_id(student), folder / "out" / kind / safe_id(student)
+            if source.is_dir() and not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source.rename(target)
+
+
+def script(work: Path, grade_args: list[str], options: SlurmOptions, force: bool = False) -> str:
+    """The sbatch script of the array (``--array`` is given on the command line: all tasks, then the retried).
+    Without ``force`` a task's grade keeps the results already in its folder that are up to date."""
     directives = ["--job-name=gpu-course-grade", f"--output={work / 'logs' / 'task-%a-%A.log'}",
                   f"--time={options.time}"]
     directives += [f"--partition={options.partition}"] if options.partition else []
     directives += [f"--account={options.account}"] if options.account else []
     directives += [f"--gres={options.gres}"] if options.gres else []
     directives += [f"--cpus-per-task={options.cpus_per_task}"] if options.cpus_per_task else []
-    grade = shlex.join([sys.executable, "-m", "grader", "grade", "SUBMISSIONS", "--out", "OUT", "--force",
-                        *grade_args])
+    grade = shlex.join([sys.executable, "-m", "grader", "grade", "SUBMISSIONS", "--out", "OUT",
+                        *(["--force"] if force else []), *grade_args])
     grade = grade.replace("SUBMISSIONS", '"$here/submissions"').replace("OUT", '"$here/out"')
     return "\n".join([
         "#!/bin/bash",
@@ -139,6 +173,24 @@ def wait(job: str, folders: list[Path], poll: float, description: str, squeue_fa
             time.sleep(poll)
 
 
+def cancel(job: str, log: Callable[[str], None], seconds: float = CANCEL_SECONDS) -> str:
+    """``scancel`` the job, then wait until Slurm lists none of its tasks (at most ``seconds``); what happened (""
+    where Slurm listed none of them already)."""
+    try:
+        if queued(job) == 0:
+            return ""
+        subprocess.run(["scancel", job], capture_output=True, text=True)
+        log(f"cancelled Slurm job {job}: waiting for its tasks to end")
+        deadline = time.monotonic() + seconds
+        while (listed := queued(job)) != 0 and time.monotonic() < deadline:
+            time.sleep(1.0)
+    except OSError as error:
+        return f"; Slurm job {job} could not be cancelled ({error}): cancel it with scancel"
+    if listed == 0:
+        return f"; Slurm job {job} cancelled, its tasks ended"
+    return f"; Slurm job {job} cancelled, but Slurm still listed {listed} of its tasks after {seconds:.0f} s"
+
+
 def gather(out: Path, folders: list[Path], failed: dict[int, str], settings: Settings) -> list[NotebookResult]:
     """Every task's results into OUT (its gradebook and results/); a failed task's notebooks as grader_error."""
     gradebook.register(gradebook.db_url(out), course_notebooks())
@@ -156,13 +208,29 @@ def gather(out: Path, folders: list[Path], failed: dict[int, str], settings: Set
                         submission.notebook / "sanitized.ipynb"
                     if sanitized.is_file():
                         notebook = nbformat.read(str(sanitized), as_version=4)
-                record_result(out, submission, result, notebook, book)
+                with stopping.deferred():
+                    record_result(out, submission, result, notebook, book)
     return [NotebookResult.from_json(results.read_json(p)) for p in sorted((out / "results").glob("*/*/*.json"))]
 
 
 def grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, settings: Settings,
           log: Callable[[str], None] = print) -> list[NotebookResult]:
-    """Grade ``root`` on Slurm into ``out``; ``grade_args``: the options every task's ``grade`` takes."""
+    """Grade ``root`` on Slurm into ``out``; ``grade_args``: the options every task's ``grade`` takes. Holds OUT's
+    lock; stopped (``stopping.Stopped``), it cancels its job first."""
+    submitted: list[str] = []
+    with out_lock.held(out, log=log):
+        try:
+            return _grade(root, out, grade_args, options, settings, log, submitted)
+        except KeyboardInterrupt as interrupt:
+            folders = sorted((out / "slurm").glob("task-*"))
+            cancelled = cancel(submitted[-1], log) if submitted else ""
+            done = sum(finished(folder, settings.assignments) for folder in folders)
+            raise stopping.Stopped.of(interrupt, f"{done} of {len(folders)} Slurm tasks finished{cancelled}") \
+                from interrupt
+
+
+def _grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, settings: Settings,
+           log: Callable[[str], None], submitted: list[str]) -> list[NotebookResult]:
     work = out / "slurm"
     folders = stage(work, chunks(root, options.notebooks_per_task))
     if not folders:
@@ -170,7 +238,7 @@ def grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, s
     script_path = work / "grade.sbatch"
     # A task's sandboxes see neither the class nor the head's OUT, where the other tasks' students are.
     hidden = ["--hide", str(root.resolve()), "--hide", str(out.resolve())]
-    script_path.write_text(script(work, [*grade_args, *hidden], options), encoding="utf-8")
+    script_path.write_text(script(work, [*grade_args, *hidden], options, settings.force), encoding="utf-8")
     stopped = ""
     for attempt in (1, 2):
         pending = [i for i, folder in enumerate(folders) if not finished(folder, settings.assignments)]
@@ -178,6 +246,7 @@ def grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, s
             break
         try:
             job = submit(script_path, pending)
+            submitted.append(job)
             log(f"Slurm job {job}: {len(pending)} task(s)" + (" submitted again (they did not finish the first "
                                                                "time)" if attempt == 2 else ""))
             wait(job, [folders[i] for i in pending], options.poll_seconds, f"Slurm job {job}",

@@ -40,8 +40,30 @@ def test_the_array_script_carries_slurms_options_and_the_grade_options(tmp_path)
                       "--cpus-per-task=16"):
         assert f"#SBATCH {directive}" in text
     assert "'" + str(tmp_path / "work dir") + "'/task-$SLURM_ARRAY_TASK_ID" in text
-    assert '--out "$here/out" --force --device gpu --seed 7' in text
+    # a task run again keeps what it finished before it was stopped; --force given to the head reaches every task
+    assert '--out "$here/out" --device gpu --seed 7' in text
+    assert '--out "$here/out" --force --device gpu' in slurm.script(tmp_path, ["--device", "gpu"], options, force=True)
     assert subprocess.run(["bash", "-n"], input=text, text=True).returncode == 0
+
+
+def test_a_new_staging_carries_each_students_earlier_results_into_the_students_new_task(tmp_path, monkeypatch):
+    root, work = _class(tmp_path / "class", {"ann": 1, "bob": 1}), tmp_path / "out" / "slurm"
+    first = slurm.stage(work, [[root / "ann"], [root / "bob"]])
+    for folder, student in zip(first, ("ann", "bob"), strict=True):
+        for kind in ("results", "runs"):
+            (folder / "out" / kind / student / "week1").mkdir(parents=True)
+            (folder / "out" / kind / student / "week1" / "nb0.json").write_text(student)
+    again = slurm.stage(work, [[root / "ann", root / "bob"]])  # regrouped: both in one task now
+    for student in ("ann", "bob"):
+        for kind in ("results", "runs"):
+            assert (again[0] / "out" / kind / student / "week1" / "nb0.json").read_text() == student
+    assert not (work.parent / "slurm.earlier").exists() and not (work / "task-1").exists()
+    # a task of the earlier grading still running there: nothing is moved or removed
+    running = slurm.out_lock.Holder(4242, "node7", 0.0, "python -m grader grade", 0.0)
+    monkeypatch.setattr(slurm.out_lock, "busy", lambda out: running if out == again[0] / "out" else None)
+    with pytest.raises(slurm.SlurmError, match="still grades .*task-0: pid 4242 on node7"):
+        slurm.stage(work, [[root / "ann"], [root / "bob"]])
+    assert (again[0] / "out" / "results" / "ann" / "week1" / "nb0.json").exists()
 
 
 def test_hidden_paths_reach_the_grading_settings():
