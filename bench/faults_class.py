@@ -3,6 +3,7 @@ alone ("clean"), and the same class with bad notebooks mixed in ("mixed"), one c
 
     python bench/faults_class.py clean --honest 20 --out build/faults   # then, on the same machine:
     python bench/faults_class.py mixed --honest 20 --out build/faults   # grades, then compares with clean
+    (or --clean FILE: an earlier clean class's JSON, such as bench/results/h100/)
 
 The honest notebooks are copies of the public fixture ``honest_fast``; the bad ones are the public fixtures named
 in BAD (tests/adversarial/fixtures). ``mixed`` prints, for every notebook, its status and points in each class and,
@@ -66,6 +67,8 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "build" / "faults")
     parser.add_argument("--seed", type=int, default=20261207)
     parser.add_argument("--cell-timeout", type=float, default=120.0)
+    parser.add_argument("--clean", type=Path, default=None,
+                        help="the clean class's JSON to compare with (default: OUT/clean.json)")
     args = parser.parse_args()
     device, name = resolve_device("auto")
     root, out = args.out / f"{args.which}-class", args.out / f"{args.which}-grades"
@@ -77,8 +80,9 @@ def main() -> int:
     found = {"device": name, "wall_s": round(wall, 1), "notebooks": _summary(out)}
     (args.out / f"{args.which}.json").write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
     print(f"{args.which}: {len(found['notebooks'])} notebooks graded in {wall:.0f} s on {name}")
-    if args.which == "mixed" and (args.out / "clean.json").exists():
-        return _compare(json.loads((args.out / "clean.json").read_text()), found)
+    clean = args.clean or args.out / "clean.json"
+    if args.which == "mixed" and clean.exists():
+        return _compare(json.loads(clean.read_text()), found)
     return 0
 
 

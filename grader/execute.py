@@ -44,6 +44,7 @@ _SANDBOX_STATUS = {"timeout": results.TIMEOUT, "memory": results.MEMORY, "output
 # What a notebook run prints, besides its log: what leaves the sandbox (pipeline._keep). The rest of the
 # scratch directory (HOME, TMPDIR, Triton's and inductor's caches) counts against the scratch quota.
 PRINTED = ("executed.ipynb", "outcome.json", "export")
+BUILD_SECONDS = 600.0  # the build of one notebook's kernels, in a sandbox of its own
 
 
 @dataclass
@@ -209,9 +210,14 @@ def build(job: Job, notebook: Path, export: Path, target: dict[str, Any], destin
     fresh = Path(job.workdir)
     request = {**_stage(fresh, notebook, export), "target": target, "out": str(fresh / "built")}
     (fresh / "build.json").write_text(json.dumps(request), encoding="utf-8")
-    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.build_kernels", str(fresh / "build.json")], 600.0,
-                     gpu=False)
+    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.build_kernels", str(fresh / "build.json")],
+                     BUILD_SECONDS, gpu=False)
     sandbox.copy_out(fresh / "built", destination)
+    if ran.status in ("timeout", "memory"):  # the notebook's kernels, not the grader, need more than a build may
+        what = f"{BUILD_SECONDS:.0f} s" if ran.status == "timeout" else f"{job.memory_bytes / 2**30:.1f} GiB"
+        return Outcome(results.BUILD_LIMIT, f"your kernels took more than {what} to compile; none of them was "
+                       "judged (look for a loop unrolled by tl.static_range, or a very large constexpr tile)",
+                       {"build": ran.seconds})
     if ran.status != "ok":
         return Outcome(results.GRADER_ERROR, f"building the kernels failed ({ran.status}): {_log_tail(job)}",
                        {"build": ran.seconds})

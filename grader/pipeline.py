@@ -453,6 +453,9 @@ def build_stage(task: Task, staged: Staged) -> Staged:
             outcome.timings.update(built.timings)
         finally:
             shutil.rmtree(fresh, ignore_errors=True)
+        if built.status == results.BUILD_LIMIT:  # the student's kernels: nothing can be judged
+            staged.failed = Graded(Outcome(results.BUILD_LIMIT, built.message, outcome.timings), None)
+            return staged
         if built.status != results.OK:  # no kernel can be judged: nothing here is the student's zero
             staged.failed = Graded(_grader_fault(outcome, built.message), None, outcome.status)
             return staged

@@ -194,11 +194,12 @@ def test_a_run_stopped_by_the_gate_ends_its_sandbox_with_that_status(tmp_path: P
 
 
 @pytest.mark.gpu
-def test_on_a_real_gpu_the_driver_names_the_process_of_a_spinning_kernel():
+def test_on_a_real_gpu_the_driver_names_the_process_of_a_spinning_kernel(tmp_path):
     from grader import gpu_work
 
     assert HAS_GPU
-    spinner = subprocess.Popen([sys.executable, "-c", SPIN, "8"])
+    (tmp_path / "spin.py").write_text(SPIN)  # Triton reads a kernel's source from its file
+    spinner = subprocess.Popen([sys.executable, str(tmp_path / "spin.py"), "8"])
     try:
         time.sleep(4.0)
         busy = gpu_work.busy_since("0", gpu_work.now_us() - 2_000_000)
@@ -263,3 +264,19 @@ def test_a_run_that_ran_out_of_gpu_memory_while_a_neighbour_was_stopped_for_it_r
         staged = pipeline.run_stage(task, pause)
     assert len(calls) == runs
     assert (staged.outcome.timings.get("notebook_before_a_neighbours_memory_stop") == 3.0) == (runs == 2)
+
+
+@pytest.mark.parametrize(("ended", "status", "said"), [
+    ("timeout", results.BUILD_LIMIT, "took more than 600 s to compile"),
+    ("memory", results.BUILD_LIMIT, "took more than 8.0 GiB to compile"),
+    ("failed", results.GRADER_ERROR, "building the kernels failed (failed)"),
+])
+def test_a_build_past_its_limits_is_the_students_and_any_other_failure_the_graders(tmp_path, monkeypatch, ended,
+                                                                                    status, said):
+    from grader import execute
+
+    monkeypatch.setattr(execute, "_sandboxed", lambda *args, **kw: sandbox.SandboxResult(ended, None, ended, 1.0, 0))
+    (tmp_path / "nb.ipynb").write_text("{}")
+    job = execute.Job(notebook="", workdir=str(tmp_path / "work"), device="gpu", log=str(tmp_path / "log"))
+    outcome = execute.build(job, tmp_path / "nb.ipynb", tmp_path / "missing.json", {}, tmp_path / "built")
+    assert outcome.status == status and said in outcome.message, outcome
