@@ -8,10 +8,11 @@ into OUT's gradebook itself, the only writer. A task that failed twice becomes a
 notebooks, never a notebook left out. Slurm's own options: partition, account, time limit, GRES and CPUs per task.
 
 The head holds OUT's lock (``grader.out_lock``); each task holds its own folder's (``OUT/slurm/task-N/out``), so
-neither waits for the other. A task stopped by Slurm (preemption, time limit: SIGTERM) stops as a local grading
-does, keeping its finished notebooks, and its second run (no ``--force``) grades only the rest; a later grading
-carries each student's earlier results into the student's new task folder, where those still up to date are kept.
-The head stopped (``grader.stopping``) cancels its job and waits for Slurm to end the tasks before it exits.
+neither waits for the other. A task stopped by Slurm (preemption, time limit: SIGTERM to every process of the
+task; its script waits for its grader) stops as a local grading does, keeping its finished notebooks, and its second
+run (no ``--force``) grades only the rest; a later grading carries each student's earlier results into the student's
+new task folder, where those still up to date are kept. The head stopped (``grader.stopping``) cancels its job and
+waits for Slurm to end the tasks before it exits.
 """
 
 from __future__ import annotations
@@ -113,17 +114,22 @@ def script(work: Path, grade_args: list[str], options: SlurmOptions, force: bool
     directives += [f"--account={options.account}"] if options.account else []
     directives += [f"--gres={options.gres}"] if options.gres else []
     directives += [f"--cpus-per-task={options.cpus_per_task}"] if options.cpus_per_task else []
-    grade = shlex.join([sys.executable, "-m", "grader", "grade", "SUBMISSIONS", "--out", "OUT",
-                        *(["--force"] if force else []), *grade_args])
-    grade = grade.replace("SUBMISSIONS", '"$here/submissions"').replace("OUT", '"$here/out"')
+    grade = " ".join([shlex.join([sys.executable, "-m", "grader", "grade"]), '"$here/submissions" --out "$here/out"',
+                      shlex.join([*(["--force"] if force else []), *grade_args])])
     return "\n".join([
         "#!/bin/bash",
         *(f"#SBATCH {d}" for d in directives),
         f"here={shlex.quote(str(work))}/task-$SLURM_ARRAY_TASK_ID",
         f"rm -f \"$here/{FINISHED}\"",
         f"cd {shlex.quote(str(REPO))}",
-        f"{grade}",
-        f"echo $? > \"$here/{FINISHED}\"",
+        f"{grade} &",
+        "grader=$!",
+        # Slurm's SIGTERM (preemption, time limit, scancel) reaches every process of the task. Bash would die of it
+        # at once and Slurm then kill what is left, the grader mid-stop: so the script waits for the grader's end.
+        'trap \'kill -TERM "$grader" 2>/dev/null\' TERM INT HUP',
+        'while true; do wait "$grader"; status=$?; [ "$status" -gt 128 ] && kill -0 "$grader" 2>/dev/null || break; '
+        "done",
+        f"echo \"$status\" > \"$here/{FINISHED}\"",
         ""])
 
 

@@ -4,8 +4,13 @@ then for real, on a one-node Slurm cluster started here (tests/slurm_cluster.py)
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +69,21 @@ def test_a_new_staging_carries_each_students_earlier_results_into_the_students_n
     with pytest.raises(slurm.SlurmError, match="still grades .*task-0: pid 4242 on node7"):
         slurm.stage(work, [[root / "ann"], [root / "bob"]])
     assert (again[0] / "out" / "results" / "ann" / "week1" / "nb0.json").exists()
+
+
+def test_a_tasks_script_waits_for_its_grader_to_stop_when_slurm_signals_the_task(tmp_path):
+    """Slurm's SIGTERM reaches every process of a task: the script outlives its grader's stop, then records it."""
+    text = slurm.script(tmp_path, [], slurm.SlurmOptions())
+    grader = (f"{shlex.quote(sys.executable)} -c 'import signal, sys, time; signal.signal(signal.SIGTERM, "
+              "lambda *_: (time.sleep(1), sys.exit(143))); time.sleep(60)' &")
+    (tmp_path / "task-0").mkdir()
+    task = subprocess.Popen(["bash", "-c", "\n".join(grader if line.endswith(" &") else line
+                                                     for line in text.splitlines())],
+                            env={**os.environ, "SLURM_ARRAY_TASK_ID": "0"}, start_new_session=True)
+    time.sleep(1.0)
+    os.killpg(task.pid, signal.SIGTERM)
+    assert task.wait(timeout=30) == 0
+    assert (tmp_path / "task-0" / slurm.FINISHED).read_text().strip() == "143"
 
 
 def test_hidden_paths_reach_the_grading_settings():
