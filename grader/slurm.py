@@ -187,13 +187,16 @@ def cancel(job: str, log: Callable[[str], None], seconds: float = CANCEL_SECONDS
             return ""
         subprocess.run(["scancel", job], capture_output=True, text=True)
         log(f"cancelled Slurm job {job}: waiting for its tasks to end")
-        deadline = time.monotonic() + seconds
-        while (listed := queued(job)) != 0 and time.monotonic() < deadline:
+        deadline, failures = time.monotonic() + seconds, 0
+        while (listed := queued(job)) != 0 and time.monotonic() < deadline and failures < 10:
+            failures = failures + 1 if listed is None else 0
             time.sleep(1.0)
     except OSError as error:
         return f"; Slurm job {job} could not be cancelled ({error}): cancel it with scancel"
     if listed == 0:
         return f"; Slurm job {job} cancelled, its tasks ended"
+    if listed is None:
+        return f"; Slurm job {job} cancelled, but squeue failed: see with squeue that its tasks have ended"
     return f"; Slurm job {job} cancelled, but Slurm still listed {listed} of its tasks after {seconds:.0f} s"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grader import cli, demo, slurm
+from grader import cli, demo, slurm, stopping
 from grader.pipeline import Settings
 from grader.results import GRADER_ERROR
 from tests.slurm_cluster import Cluster, unavailable
@@ -84,6 +84,27 @@ def test_a_tasks_script_waits_for_its_grader_to_stop_when_slurm_signals_the_task
     os.killpg(task.pid, signal.SIGTERM)
     assert task.wait(timeout=30) == 0
     assert (tmp_path / "task-0" / slurm.FINISHED).read_text().strip() == "143"
+
+
+def test_a_stopped_head_cancels_its_job_and_waits_for_slurm_to_end_its_tasks(tmp_path, monkeypatch):
+    root = _class(tmp_path / "class", {"ann": 1})
+    monkeypatch.setattr(slurm, "submit", lambda script_path, indices: "77")
+
+    def stopped_while_waiting(*args, **kwargs):
+        raise stopping.Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr(slurm, "wait", stopped_while_waiting)
+    listed = iter([1, 1, 0])  # squeue: the task still listed, then gone
+    monkeypatch.setattr(slurm, "queued", lambda job: next(listed))
+    commands = []
+    monkeypatch.setattr(slurm.subprocess, "run", lambda argv, **kwargs: commands.append(argv))
+    monkeypatch.setattr(slurm.time, "sleep", lambda seconds: None)
+    with pytest.raises(stopping.Stopped) as stopped:
+        slurm.grade(root, tmp_path / "out", [], slurm.SlurmOptions(), Settings("cpu", "CPU"), log=lambda line: None)
+    assert commands == [["scancel", "77"]] and next(listed, "used up") == "used up"
+    assert stopped.value.line() == "stopped by SIGTERM: 0 of 1 Slurm tasks finished; Slurm job 77 cancelled, its " \
+                                   "tasks ended; run the same command again to finish"
+    assert slurm.out_lock.busy(tmp_path / "out") is None
 
 
 def test_hidden_paths_reach_the_grading_settings():
