@@ -19,6 +19,8 @@ MEMORY_GB ?=
 SCRATCH_GB ?=
 CPUS_PER_RUN ?=
 REPLAY_TIMEOUT ?=
+GPU_MEMORY_GB ?=
+GPU_BUSY_SECONDS ?=
 # How the batch is scheduled (empty: the grader's defaults): SCHEDULE=serial, GPUS=0,1, RUNS=8, BUILDS=4.
 SCHEDULE ?=
 GPUS ?=
@@ -41,7 +43,8 @@ ALLOW_UNGRADED ?= $(if $(SUBMISSIONS),,1)
 LIMITS = $(if $(CELL_TIMEOUT),--cell-timeout $(CELL_TIMEOUT),) $(if $(NOTEBOOK_TIMEOUT),--notebook-timeout $(NOTEBOOK_TIMEOUT),) \
 	$(if $(JUDGE_TIMEOUT),--judge-timeout $(JUDGE_TIMEOUT),) $(if $(MEMORY_GB),--memory-gb $(MEMORY_GB),) \
 	$(if $(SCRATCH_GB),--scratch-gb $(SCRATCH_GB),) $(if $(CPUS_PER_RUN),--cpus-per-run $(CPUS_PER_RUN),) \
-	$(if $(REPLAY_TIMEOUT),--replay-timeout $(REPLAY_TIMEOUT),) $(if $(RUNS),--runs $(RUNS),)
+	$(if $(REPLAY_TIMEOUT),--replay-timeout $(REPLAY_TIMEOUT),) $(if $(RUNS),--runs $(RUNS),) \
+	$(if $(GPU_MEMORY_GB),--gpu-memory-gb $(GPU_MEMORY_GB),) $(if $(GPU_BUSY_SECONDS),--gpu-busy-seconds $(GPU_BUSY_SECONDS),)
 SCHEDULING = $(if $(SCHEDULE),--schedule $(SCHEDULE),) $(if $(GPUS),--gpus $(GPUS),) $(if $(BUILDS),--builds $(BUILDS),) \
 	$(if $(EXECUTOR),--executor $(EXECUTOR),) $(if $(SLURM_PARTITION),--slurm-partition $(SLURM_PARTITION),) \
 	$(if $(SLURM_ACCOUNT),--slurm-account $(SLURM_ACCOUNT),) $(if $(SLURM_TIME),--slurm-time $(SLURM_TIME),) \

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import GRADER_VERSION, out_lock, release, stopping, term
+from grader.gpu_watch import BUSY_SECONDS as GPU_BUSY_SECONDS
 from grader.results import GRADER_ERROR, MISSING, NotebookResult
 from grader.schedule import JUDGES_PER_GPU
 from grader.student_view import still_a_stub, stub_verdict, without_hidden_material
@@ -160,6 +161,8 @@ def _settings(args: argparse.Namespace):
                     cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
                     judge_timeout=args.judge_timeout, replay_floor=args.replay_timeout,
                     memory_bytes=int(args.memory_gb * 2**30),
+                    gpu_memory_bytes=int(args.gpu_memory_gb * 2**30) if args.gpu_memory_gb else None,
+                    gpu_busy_seconds=args.gpu_busy_seconds,
                     scratch_bytes=int(args.scratch_gb * 2**30), cpus_per_run=args.cpus_per_run,
                     sandbox=args.sandbox, seed=args.seed, hide=tuple(getattr(args, "hide", None) or ()))
 
@@ -501,6 +504,12 @@ def _execution_options(parser: argparse.ArgumentParser) -> None:
                              "(default: %(default)g; make: REPLAY_TIMEOUT)")
     parser.add_argument("--memory-gb", type=float, default=8.0,
                         help="host memory one notebook run may use, GiB (default: %(default)g; make: MEMORY_GB)")
+    parser.add_argument("--gpu-memory-gb", type=float, default=None,
+                        help="GPU memory one notebook run may hold, GiB; past it the run is stopped (status "
+                             "gpu_memory). Default: the GPU's memory over its runs plus two (make: GPU_MEMORY_GB)")
+    parser.add_argument("--gpu-busy-seconds", type=float, default=GPU_BUSY_SECONDS,
+                        help="a run whose kernels keep its GPU busy this long straight gets a drain, which stops a "
+                             "kernel that never ends (status gpu_hang) (default: %(default)g; make: GPU_BUSY_SECONDS)")
     parser.add_argument("--scratch-gb", type=float, default=2.0,
                         help="files one notebook run may write besides what it prints (compiler caches such as "
                              "torch.compile's, temporary files), GiB; past it the status is scratch_limit. Printed "

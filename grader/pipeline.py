@@ -64,7 +64,7 @@ from grader import (
 from grader.compile_ttgir import compile_built
 from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
 from grader.gpu_gate import GpuGate, Pausable
-from grader.gpu_watch import RunWatch
+from grader.gpu_watch import BUSY_SECONDS, RunWatch
 from grader.layout import (
     REPO,
     SOLUTIONS,
@@ -118,6 +118,7 @@ class Settings:
     # GPU memory a run may hold (grader.gpu_watch); None: the GPU's memory shared evenly by the runs on it, with two
     # shares kept for the judge and the reference
     gpu_memory_bytes: int | None = None
+    gpu_busy_seconds: float = BUSY_SECONDS  # a run busy this long straight gets a drain (grader.gpu_watch)
     output_bytes: int = 64 * 2**20
     scratch_bytes: int = 2 * 2**30
     cpus_per_run: int | None = None  # None: the CPUs shared evenly among the parallel runs
@@ -948,7 +949,8 @@ def _watched(gate: GpuGate | None, limits: Limits, settings: Settings) -> contex
     runs_per_gpu = -(-limits.runs // max(1, len(limits.gpus)))
     memory = {gpu: settings.gpu_memory_bytes or ((total // (runs_per_gpu + 2)) if total else None)
               for gpu in limits.gpus for total in [gpu_work.total_memory(gpu)]}
-    return RunWatch(gate, limits.gpus, gpu_work.busy_since, gpu_work.memory_by_process, memory)
+    return RunWatch(gate, limits.gpus, gpu_work.busy_since, gpu_work.memory_by_process, memory,
+                    busy_seconds=settings.gpu_busy_seconds)
 
 
 def timeline(scheduler: Scheduler, gate: GpuGate | None, began: float) -> dict[str, list[dict[str, Any]]]:
