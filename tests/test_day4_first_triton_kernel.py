@@ -140,6 +140,52 @@ def test_a_kernel_that_ignores_strides_fails_the_strided_shapes(tmp_path):
     assert passed == {(97, 1, 1): True, (300, 2, 1): False, (77, 1, 3): False}
 
 
+IGNORES_Y_STRIDE = '''
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, stride_x, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets * stride_x, mask=mask)
+    tl.store(out_ptr + offsets, x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def add_x_strided(x, y):
+    out = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
+    add_kernel[(triton.cdiv(x.shape[0], 64),)](x, y, out, x.shape[0], x.stride(0), BLOCK_SIZE=64)
+    return out
+
+
+@triton.jit
+def saxpy_kernel(alpha, x_ptr, y_ptr, out_ptr, n, stride_x, BLOCK_SIZE: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets * stride_x, mask=mask)
+    tl.store(out_ptr + offsets, alpha * x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+
+
+def saxpy_x_strided(alpha, x, y):
+    out = torch.empty(x.shape[0], device=x.device, dtype=torch.float32)
+    saxpy_kernel[(triton.cdiv(x.shape[0], 64),)](alpha, x, y, out, x.shape[0], x.stride(0), BLOCK_SIZE=64)
+    return out
+'''
+
+
+@pytest.mark.parametrize("has_gpu", [False, True])
+def test_a_visible_shape_strides_x_and_y_by_different_steps(has_gpu):
+    for exercise in (ADD, SAXPY):
+        assert any(1 < x_step != y_step > 1 for _, x_step, y_step in exercise.visible_shapes.for_device(has_gpu))
+
+
+def test_a_kernel_that_ignores_the_stride_of_y_fails_a_visible_shape(tmp_path):
+    cell = _module(tmp_path, HEADER + IGNORES_Y_STRIDE, "day4_ignores_y_stride")
+    for exercise, fn in ((ADD, cell.add_x_strided), (SAXPY, cell.saxpy_x_strided)):
+        results = check.check(exercise, fn, "visible")
+        failed = [r.shape for r in results if not r.passed]
+        assert failed == [(300, 2, 3)], [(r.shape, r.message) for r in results]
+        with pytest.raises(AssertionError):
+            check.assert_correct(exercise, fn, "visible")
+
+
 def test_check_fails_right_values_the_judge_could_not_replay(tmp_path):
     cell = _module(tmp_path, HEADER + IGNORES_STRIDES, "day4_replay_rule")
     contiguous, strided = check.check(ADD, cell.add_after_contiguous, [(97, 1, 1), (300, 2, 1)])

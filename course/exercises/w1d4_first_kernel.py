@@ -94,12 +94,13 @@ def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
 
 
 # Lengths of 1 and 2, primes (97, 4099, 8191, 1031, 65537, 99991, 1048573), other lengths that are no
-# multiple of a block of 128 or more, one power of two, and strided views of either input or both: a kernel
-# without a mask, or one that assumes contiguous inputs, already fails a visible shape. The CPU sets are
-# small (the interpreter is slow); the GPU sets reach a million elements.
+# multiple of a block of 128 or more, one power of two, and strided views of either input or both. The visible
+# strided shape steps x by 2 and y by 3: a kernel without a mask, one that ignores the stride of x or of y, or
+# one that uses one input's stride for both, already fails a visible shape. The CPU sets are small (the
+# interpreter is slow); the GPU sets reach a million elements.
 VISIBLE = ShapeSet(
-    gpu=((1, 1, 1), (97, 1, 1), (1_000_000, 1, 1), (4099, 2, 1)),
-    cpu=((1, 1, 1), (97, 1, 1), (5000, 1, 1), (300, 2, 1)),
+    gpu=((1, 1, 1), (97, 1, 1), (1_000_000, 1, 1), (4099, 2, 3)),
+    cpu=((1, 1, 1), (97, 1, 1), (5000, 1, 1), (300, 2, 3)),
 )
 HIDDEN = ShapeSet(
     gpu=((2, 1, 1), (1_048_573, 1, 1), (2**20, 1, 1), (65_537, 3, 1), (12_345, 1, 2), (99_991, 2, 3)),
