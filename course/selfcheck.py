@@ -7,9 +7,13 @@ GPU, and the total says how many points depend on them.
 On the CPU, a kernel's test may also print a warning about a known difference between Triton's interpreter
 and a GPU (``course.divergence``); the check repeats it under the item whose test cell printed it.
 
-Exit status: 0 when every visible test passed, 1 when one failed or is still a stub, 2 when the file
-could not be checked at all. A GPU warning alone does not change it: the warning comes from reading the
-kernel's source, and a kernel it flags may still be right.
+Exit status:
+  0  every visible test passed, and no kernel drew a GPU warning;
+  1  an item failed here, is unfinished (a stub, an answer left as ...) or did not run; this wins over 3;
+  2  the file could not be checked at all;
+  3  every visible test passed, but a kernel drew a GPU warning: the grader's GPU run may fail it.
+A warning comes from reading the kernel's source, not from running it, so a kernel it flags may still be
+right; the status of its own lets a script tell "passed" from "passed, but look at the warnings".
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ STUB = "raise NotImplementedError()"
 STILL_A_STUB = "not graded yet: still a stub"
 PENDING_GPU = "pending a GPU run"
 _COPY_SUFFIX = re.compile(r"(-Copy\d+| \(\d+\))+$")  # JupyterLab's "Duplicate", a browser's second download
-EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE, EXIT_WARNED = 0, 1, 2, 3
 
 
 class Unusable(Exception):
@@ -200,7 +204,10 @@ def annotate(nb: NotebookNode, verdicts: list[Verdict]) -> list[Verdict]:
 
 
 def exit_status(verdicts: list[Verdict]) -> int:
-    return EXIT_OK if all(v.ok for v in verdicts) else EXIT_FAILED
+    """EXIT_FAILED when an item failed here, else EXIT_WARNED when a test printed a GPU warning, else EXIT_OK."""
+    if not all(v.ok for v in verdicts):
+        return EXIT_FAILED
+    return EXIT_WARNED if any(v.warnings for v in verdicts) else EXIT_OK
 
 
 def total_line(verdicts: list[Verdict]) -> str:
@@ -288,8 +295,12 @@ def _resolve_device(mode: str) -> tuple[str, str]:
     return "gpu", f"a GPU ({torch.cuda.get_device_name(0)})"
 
 
+_EXIT_HELP = "exit status:\n" + __doc__.split("Exit status:\n")[1].split("\nA warning")[0]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course.selfcheck", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m course.selfcheck", description=__doc__.splitlines()[0],
+                                     epilog=_EXIT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebook", type=Path)
     parser.add_argument("--device", choices=("auto", "gpu", "cpu"),
                         default=os.environ.get("COURSE_DEVICE", "auto").lower())
@@ -322,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     if warned:
         print(f"\n{warned} GPU warning{'s' if warned != 1 else ''} above: the interpreter cannot show these "
               "differences from a GPU, so the grader's GPU run may fail a test that passed here.")
+        if exit_status(verdicts) == EXIT_WARNED:
+            print(f"Exit status {EXIT_WARNED}: the visible tests passed, but with a GPU warning.")
     return exit_status(verdicts)
 
 

@@ -252,7 +252,8 @@ def test_make_check_shows_a_gpu_warning_under_the_item_that_ran_the_kernel(built
     nbformat.write(unmasked_copy(), str(path))
     done = subprocess.run(["make", "check", f"NB={path}", f"VENV={venv}", "DEVICE=cpu"], cwd=built,
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr  # a warning alone does not fail the check
+    # passed, with a warning: course.selfcheck exits 3, which make reports as the recipe's error (make exits 2)
+    assert done.returncode == 2 and "Error 3" in done.stderr, done.stdout + done.stderr
     assert "-m course.selfcheck" in done.stdout
     lines = done.stdout.splitlines()
     at = next(i for i, line in enumerate(lines) if line.split()[:1] == ["test_copy_visible"])
@@ -263,6 +264,7 @@ def test_make_check_shows_a_gpu_warning_under_the_item_that_ran_the_kernel(built
     assert lines[at + 3].split()[0] == "test_copy_hidden"
     # every_kth's kernel masks its load: the only warning is the copy's
     assert done.stdout.count("GPU warning:") == 1 and "1 GPU warning above" in done.stdout
+    assert "Exit status 3: the visible tests passed, but with a GPU warning." in done.stdout
 
 
 def test_the_bundle_ignores_what_setup_and_check_write(built: Path):

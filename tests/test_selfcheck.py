@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 
 from course import divergence, selfcheck
 from grader import release
-from grader.demo import DEMO_CLASS, fill, parse_answers
+from grader.demo import DEMO_CLASS, FROM_SOLUTION, fill, parse_answers
 from grader.layout import REPO, course_notebooks
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
@@ -181,7 +182,20 @@ def test_a_gpu_warning_is_shown_under_the_graded_cell_that_printed_it():
         f"  fix: {divergence.RULES['unchecked-address'].fix}.",)
     assert verdicts["test_copy_visible"].text == "passed (visible tests); see the GPU warning below"
     assert verdicts["test_before"].warnings == verdicts["test_after"].warnings == ()
-    assert selfcheck.exit_status(list(verdicts.values())) == selfcheck.EXIT_OK
+    # Everything passed, with a warning: a status of its own, so a script reading it does not see plain success.
+    assert selfcheck.exit_status(list(verdicts.values())) == selfcheck.EXIT_WARNED == 3
+    failed = dataclasses.replace(verdicts["test_after"], text="failed: AssertionError", ok=False)
+    assert selfcheck.exit_status([*verdicts.values(), failed]) == selfcheck.EXIT_FAILED
+    assert selfcheck.exit_status([verdicts["test_before"], verdicts["test_after"]]) == selfcheck.EXIT_OK
+
+
+def test_help_names_every_exit_status(capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(SystemExit):
+        selfcheck.main(["--help"])
+    shown = capsys.readouterr().out.split("exit status:")[1]
+    for status in (selfcheck.EXIT_OK, selfcheck.EXIT_FAILED, selfcheck.EXIT_UNUSABLE, selfcheck.EXIT_WARNED):
+        assert re.search(rf"^\s+{status}\s+\S", shown, re.MULTILINE), shown
+    assert "GPU warning" in shown
 
 
 @pytest.mark.slow
@@ -202,3 +216,34 @@ def test_a_failed_visible_part_of_an_item_with_hidden_tests_is_counted_as_failed
         "     1  passed the visible tests; the grader runs them again on its GPU",
         "     3  passed a visible check of form only (an answer's type, not its value); hidden tests decide them",
         "     2  failed here, or are unfinished or not run (1 item)"]
+
+
+def finished_with(key: str, grade_id: str, old: str, new: str) -> nbformat.NotebookNode:
+    """A notebook as a student finished it (the solution), with one edit to one of its solution cells."""
+    notebook = next(nb for nb in course_notebooks() if nb.key == key)
+    source = cell(nbformat.read(str(notebook.solution_path), as_version=4), grade_id).source
+    assert old in source
+    return fill(notebook, {FROM_SOLUTION: "", grade_id: source.replace(old, new)})
+
+
+@pytest.mark.slow
+def test_a_day4_kernel_that_ignores_the_stride_of_y_fails_a_visible_check(tmp_path: Path):
+    path = tmp_path / "day4_first_triton_kernel.ipynb"
+    nbformat.write(finished_with("week1/day4_first_triton_kernel", "add_kernel", "y_ptr + offsets * stride_y",
+                                 "y_ptr + offsets"), str(path))
+    done = run_check(path, timeout=300)
+    assert done.returncode == selfcheck.EXIT_FAILED, done.stdout + done.stderr
+    assert verdict_of(done.stdout, "test_vector_add_visible").startswith("failed: "), done.stdout
+    assert verdict_of(done.stdout, "test_saxpy_visible") == "passed (visible tests)"
+
+
+@pytest.mark.slow
+def test_a_kernel_without_a_mask_that_passes_here_exits_with_the_warning_status(tmp_path: Path):
+    # Day 5's copy kernel without its load's mask: its visible checks pass in the interpreter, by luck.
+    path = tmp_path / "day5_memory.ipynb"
+    nbformat.write(finished_with("week1/day5_memory", "copy_kernel", "tl.load(x_ptr + offsets, mask=inside)",
+                                 "tl.load(x_ptr + offsets)"), str(path))
+    done = run_check(path, timeout=300)
+    assert done.returncode == selfcheck.EXIT_WARNED, done.stdout + done.stderr
+    assert "GPU warning: [unchecked-address] copy_kernel" in done.stdout
+    assert "     0  failed here, or are unfinished or not run\n" in done.stdout
