@@ -112,13 +112,15 @@ class ItemRate:
 @dataclass
 class NotebookView:
     key: str
-    submissions: int
+    submissions: int  # notebooks submitted: a missing one is never counted
     max_score: float
-    fractions: list[float]  # each student's earned share of the notebook's points
+    fractions: list[float]  # each submitter's raw share of the notebook's points (before late penalties)
     items: list[ItemRate]
     pending_points: float  # the notebook's points not decided yet (per student, the most seen)
     plot: str = ""  # pass rates, base64 PNG
     nobody_submitted: bool = False  # every student's is missing: no plot of all-zero rates
+    missing: int = 0  # students with no notebook: not in the scores, never drawn as 0%
+    final_fractions: list[float] = field(default_factory=list)  # the same after late penalties
 
     @property
     def median(self) -> float | None:
@@ -127,6 +129,14 @@ class NotebookView:
     @property
     def mean(self) -> float | None:
         return statistics.fmean(self.fractions) if self.fractions else None
+
+    @property
+    def final_median(self) -> float | None:
+        return statistics.median(self.final_fractions) if self.final_fractions else None
+
+    @property
+    def final_mean(self) -> float | None:
+        return statistics.fmean(self.final_fractions) if self.final_fractions else None
 
 
 @dataclass
@@ -189,6 +199,7 @@ class Overview:
     late: list[Link] = field(default_factory=list)  # late notebooks, with their penalty
     untimed: list[Link] = field(default_factory=list)  # due, submitted, without a usable submission time
     late_points: float = 0.0  # taken off over the class
+    similarity_page: str = ""  # the page of similar submissions, relative to the index ("" when not written)
 
     @property
     def problems(self) -> int:
@@ -215,6 +226,13 @@ def _statuses(all_results: list[NotebookResult], link: Callable[[NotebookResult]
 def _summary(result: NotebookResult) -> str:
     summary = getattr(result, "summary", None)
     return summary if isinstance(summary, str) else result.message
+
+
+def _late_note(result: NotebookResult) -> str:
+    """The points a late notebook lost and why; nothing about points when none were taken off."""
+    if result.late_penalty > 0:
+        return "; ".join(part for part in (f"-{result.late_penalty:g} points", result.late_note) if part)
+    return result.late_note or "late; no points taken off"
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -291,30 +309,41 @@ def _performance(all_results: list[NotebookResult], link: Callable[[NotebookResu
     return views
 
 
-def build(all_results: list[NotebookResult], link: Callable[[NotebookResult], str]) -> Overview:
-    """The overview of a class; ``link`` gives a result's feedback page, relative to the index."""
+def build(all_results: list[NotebookResult], link: Callable[[NotebookResult], str],
+          similarity_page: str = "") -> Overview:
+    """The overview of a class; ``link`` gives a result's feedback page, relative to the index, and
+    ``similarity_page`` the page of similar submissions (grader/similarity.py), when it was written."""
     by_notebook: dict[str, list[NotebookResult]] = defaultdict(list)
     for result in all_results:
         by_notebook[notebook_key(result)].append(result)
     notebooks, pending_total = [], 0.0
     for key in sorted(by_notebook):
         mine = by_notebook[key]
-        fractions, maximum, pending = [], 0.0, 0.0
+        fractions, finals, maximum, pending = [], [], 0.0, 0.0
         for result in mine:
             items: list[ItemResult] = items_of(result)
             total = sum(i.max_score for i in items)
             maximum = max(maximum, total)
             waiting = sum(i.max_score for i in items if i.score is None)
             pending, pending_total = max(pending, waiting), pending_total + waiting
-            fractions.append(sum(i.score or 0.0 for i in items) / total if total else 0.0)
-        rates = _item_rates(mine)
-        nobody = all(r.status == results.MISSING for r in mine)
-        notebooks.append(NotebookView(key, len(mine), maximum, fractions, rates, pending,
-                                      "" if nobody else _pass_rate_plot(key, rates), nobody))
+            if result.status == results.MISSING:  # nothing submitted: not a score of 0
+                continue
+            raw = sum(i.score or 0.0 for i in items)
+            fractions.append(raw / total if total else 0.0)
+            finals.append(max(0.0, raw - result.late_penalty) / total if total else 0.0)
+        submitted = [r for r in mine if r.status != results.MISSING]
+        missing = len(mine) - len(submitted)
+        nobody = not submitted
+        rates = _item_rates(submitted or mine)  # pass rates among the submitters; listed as missing when none
+        notebooks.append(NotebookView(key, len(mine) - missing, maximum, fractions, rates, pending,
+                                      "" if nobody else _pass_rate_plot(key, rates), nobody, missing, finals))
     score_plot = ""
-    if notebooks:
-        score_plot = png(score_distribution({n.key: n.fractions for n in notebooks},
-                                            title="Each student's share of the points, per notebook"))
+    plotted = {n.key: n.final_fractions for n in notebooks if n.final_fractions}
+    if plotted:
+        title = ("Each submitter's final share of the points (after late penalties), per notebook"
+                 if any(r.late_penalty for r in all_results) else
+                 "Each submitter's share of the points, per notebook (no late penalties: final = raw)")
+        score_plot = png(score_distribution(plotted, title=title))
     performance = _performance(all_results, link)
     measured = {v.notebook for v in performance}
     waiting = [Link(key, "#notebook-" + key.replace("/", "-")) for key in sorted(by_notebook)
@@ -328,8 +357,8 @@ def build(all_results: list[NotebookResult], link: Callable[[NotebookResult], st
         provisional_notebooks=sum(any(i.provisional for i in r.items) for r in all_results),
         devices=sorted({r.device for r in all_results if r.device}),
         sandboxes=Counter(r.sandbox or "unknown" for r in all_results), score_plot=score_plot,
-        late=[Link(f"{student_label(r)}: {notebook_key(r)}", link(r), f"-{r.late_penalty:g} points; {r.late_note}")
+        late=[Link(f"{student_label(r)}: {notebook_key(r)}", link(r), _late_note(r))
               for r in all_results if r.late_status == LATE],
         untimed=[Link(f"{student_label(r)}: {notebook_key(r)}", link(r), r.late_note)
                  for r in all_results if r.late_status == NO_TIME],
-        late_points=sum(r.late_penalty for r in all_results))
+        late_points=sum(r.late_penalty for r in all_results), similarity_page=similarity_page)
