@@ -465,6 +465,25 @@ def cmd_feedback(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_collect(args: argparse.Namespace) -> int:
+    from grader import collect, roster
+    from grader.layout import course_notebooks
+
+    course = sorted({nb.assignment for nb in course_notebooks()})
+    if args.assignment not in course:
+        print(f"error: no assignment is called {args.assignment!r} (there are {', '.join(course)})", file=sys.stderr)
+        return 2
+    try:
+        people = roster.load(Path(args.roster))
+        times = collect.read_times(Path(args.times)) if args.times else None
+        done = collect.collect(Path(args.download), people, args.assignment, Path(args.out), times)
+    except (roster.RosterError, collect.CollectError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(done.lines(args.assignment, Path(args.out), times is not None)))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from grader import demo
 
@@ -710,6 +729,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=str(DEFAULT_OUT), help="(default: %(default)s)")
     _term_option(p)
     p.set_defaults(run=cmd_feedback)
+
+    p = commands.add_parser(
+        "collect", help="turn a Canvas \"Download submissions\" zip into <out>/<student>/<assignment>/",
+        description="Unpack Canvas's flat submissions zip (<name>[_late]_<user id>_<attachment id>_<file>) into "
+                    "OUT/<student folder>/ASSIGNMENT/, each student found by their Canvas user id on the roster "
+                    "(their folder: the roster's folder column, else SIS Login ID). Canvas's zip has no submission "
+                    "times: pass --times (the submissions API's JSON, or a CSV of user_id,submitted_at) to record "
+                    "them where the term reads them (OUT/submitted_at.json). A timestamp.txt a student uploaded is "
+                    "set aside, never used. Exit status: 0, or 2 for an unusable zip, roster or times file.")
+    p.add_argument("download", help="the zip Canvas's \"Download submissions\" gave")
+    p.add_argument("--roster", required=True, help="Canvas's gradebook export (CSV): Student, ID, SIS User ID, "
+                                                   "SIS Login ID, Section; an optional folder column")
+    p.add_argument("--assignment", required=True, help="the course assignment the download is (week1, ...)")
+    p.add_argument("--out", required=True, help="the submissions folder to write (the class layout)")
+    p.add_argument("--times", default=None, metavar="FILE",
+                   help="submission times: JSON as Canvas's submissions API returns it, or a CSV with the columns "
+                        "user_id and submitted_at (ISO 8601 with an offset)")
+    p.set_defaults(run=cmd_collect)
 
     p = commands.add_parser("demo", help="build the demo class's submissions")
     p.add_argument("destination", nargs="?", default="build/demo_submissions", help="(default: %(default)s)")
