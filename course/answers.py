@@ -65,14 +65,19 @@ def _yes_no(name: str) -> Answer:
     return Answer(name, bool)
 
 
-_SAXPY_INTENSITY = _number("saxpy_intensity", "FLOP per byte", rel=0.01)
+# Every unit that could be read two ways states its base: FLOPs count a multiply-add as 2, a GB is 10**9 bytes.
+FLOPS = "FLOPs (a multiply-add counts as 2)"
+FLOP_PER_BYTE = "FLOP per byte (a multiply-add counts as 2)"
+GFLOPS = "GFLOP/s (1 GFLOP = 10**9 FLOPs, a multiply-add counts as 2)"
+GBPS = "GB/s (1 GB = 10**9 bytes)"
+_SAXPY_INTENSITY = _number("saxpy_intensity", FLOP_PER_BYTE, rel=0.01)
 _UNIT_ROUNDOFF = "a relative error as a plain number, not a percent"
 
 # Notebook key -> its answers, in the order its answer cell asks for them.
 QUIZZES: dict[str, tuple[Answer, ...]] = {
     "week1/day1_host_baseline": (
-        _count("matmul_flops", "FLOPs"), _count("matmul_bytes", "bytes"), _count("saxpy_bytes", "bytes"),
-        _number("gflops_from_time", "GFLOP/s"), _number("mean_of_all_ms", "milliseconds")),
+        _count("matmul_flops", FLOPS), _count("matmul_bytes", "bytes"), _count("saxpy_bytes", "bytes"),
+        _number("gflops_from_time", GFLOPS), _number("mean_of_all_ms", "milliseconds")),
     "week1/day2_gpu_arrays": (
         _number("copy_ms_2_28", "milliseconds", rel=0.01),
         _number("copy_vs_add", "a ratio, copy time over add time", rel=0.01),
@@ -83,23 +88,23 @@ QUIZZES: dict[str, tuple[Answer, ...]] = {
         _fraction("occupancy_q2"), _count("lanes_busy_in_a", "lanes")),
     "week1/day4_first_triton_kernel": (
         _count("programs_needed", "programs"), _count("masked_lanes", "lanes"), _SAXPY_INTENSITY,
-        _number("add_gbps", "GB/s")),
+        _number("add_gbps", GBPS)),
     "week1/day5_memory": (
-        _SAXPY_INTENSITY, _number("h100_fp16_ridge", "FLOP per byte", rel=0.01),
+        _SAXPY_INTENSITY, _number("h100_fp16_ridge", FLOP_PER_BYTE, rel=0.01),
         _count("fma_repeats_at_ridge", "repeats (R)"), _count("warp_sectors_stride16", "sectors")),
     "week1/day6_tiling": (
         _count("untiled_bytes", "bytes"), _count("tiled_bytes", "bytes"),
         _number("reduction_128x32", "a ratio, untiled bytes over tiled bytes"),
         Answer("best_block_m", int, "a BLOCK_M, in rows"), _yes_no("sum_form_passes_on_gpu")),
     "week1/day7_fast_matmul": (
-        _count("flops_4096", "FLOPs"), _count("a_reads_per_element", "reads"),
-        _number("step_intensity", "FLOP per byte"), _yes_no("tf32_would_pass")),
+        _count("flops_4096", FLOPS), _count("a_reads_per_element", "reads"),
+        _number("step_intensity", FLOP_PER_BYTE), _yes_no("tf32_would_pass")),
     "week2/bonus_sgemm_ladder": (
         _count("b_loads_v3", "loads"), _count("v5_a_read_passes", "passes"), _count("v6b_shared_bytes", "bytes"),
         _yes_no("row1_float4_aligned")),
     "week2/day1_profiling": (
-        _number("ridge_h100_fp32", "FLOP per byte"), _count("steps_at_ridge", "Horner steps"),
-        _number("bandwidth_gbps", "GB/s"),
+        _number("ridge_h100_fp32", FLOP_PER_BYTE), _count("steps_at_ridge", "Horner steps"),
+        _number("bandwidth_gbps", GBPS),
         Answer("low_both", str, form=CHOICE, choices=("memory", "compute", "latency"))),
     "week2/day2_coalescing": (
         _count("sectors_naive_read", "sectors"), _count("bytes_16384x4096", "bytes"), _fraction("useful_stride_2")),

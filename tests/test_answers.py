@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import nbformat
@@ -118,7 +119,8 @@ def test_a_wrong_type_or_form_is_refused_with_a_clear_message(name, value, said)
 
 
 def test_a_float_is_graded_within_the_tolerance_its_stub_states():
-    assert answers.stub_line("saxpy_intensity") == "saxpy_intensity = ...  # float: FLOP per byte, within 1%"
+    assert answers.stub_line("saxpy_intensity") == (
+        "saxpy_intensity = ...  # float: FLOP per byte (a multiply-add counts as 2), within 1%")
     assert answers.matches("saxpy_intensity", 1 / 6 * 1.009, 1 / 6)
     assert not answers.matches("saxpy_intensity", 1 / 6 * 1.011, 1 / 6)
     assert not answers.matches("saxpy_intensity", 10**400, 1 / 6)
@@ -134,3 +136,58 @@ def test_release_renders_each_stub_comment_from_the_spec(monkeypatch: pytest.Mon
     monkeypatch.setitem(answers.ANSWERS, "programs_needed", changed)
     released = answer_cell(release.student_version(notebook), names).source
     assert released == shipped.replace("a number of programs", "a number of launched programs")
+
+
+# A unit that could be read two ways, and the definition that makes it one: wherever a quiz question (or an
+# answer's unit text) uses the unit, the same question states the definition.
+UNIT_DEFINITIONS = (
+    (r"\bKiB\b", "1 KiB = 1024 bytes"),
+    (r"\bGB\b", "1 GB = 10**9 bytes"),
+    (r"\bTB\b", "1 TB = 10**12 bytes"),
+    (r"\bGFLOP", "1 GFLOP = 10**9 FLOPs"),
+    (r"\bTFLOP", "1 TFLOP = 10**12 FLOPs"),
+    (r"\bFLOP|floating-point operations", "a multiply-add counts as 2"),
+)
+AMBIGUOUS_UNITS = r"\b(KB|kB|MB|MiB|GiB|Kb|Mb)\b"  # none of these is defined in any question: use KiB or bytes
+
+
+def quiz_questions(notebook: CourseNotebook) -> dict[str, str]:
+    """"Q1" -> the question's comment text, for each question of the solution's answer cell."""
+    cell = answer_cell(nbformat.read(str(notebook.solution_path), as_version=4), quiz_names(notebook))
+    questions: dict[str, str] = {}
+    for line in cell.source.splitlines():
+        words = line.lstrip("# ").split(".", 1)
+        if line.startswith("# Q") and words[0][1:].isdigit():
+            questions[words[0]] = line
+        elif line.startswith("#") and questions and "SOLUTION" not in line:
+            questions[list(questions)[-1]] += "\n" + line
+    return questions
+
+
+def undefined_units(text: str) -> list[str]:
+    missing = [definition for unit, definition in UNIT_DEFINITIONS
+               if re.search(unit, text) and definition not in re.sub(r"\s*\n#\s*", " ", text)]
+    return missing + [f"ambiguous unit {m}" for m in re.findall(AMBIGUOUS_UNITS, text)]
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=IDS)
+def test_every_quiz_question_defines_the_units_it_uses(notebook: CourseNotebook):
+    questions = quiz_questions(notebook)
+    assert len(questions) == len(answers.QUIZZES[notebook.key])
+    undefined = {number: undefined_units(text) for number, text in questions.items() if undefined_units(text)}
+    assert undefined == {}
+
+
+def test_every_answer_unit_names_its_base():
+    undefined = {name: undefined_units(answer.unit) for name, answer in answers.ANSWERS.items()
+                 if undefined_units(answer.unit)}
+    assert undefined == {}
+    assert answers.ANSWERS["add_gbps"].describe() == "float: GB/s (1 GB = 10**9 bytes), within 0.1%"
+
+
+def test_the_unit_check_catches_a_question_without_its_definition():
+    assert undefined_units("# Q1. Fits in the 227 KB an H100 allows? (int)") == ["ambiguous unit KB"]
+    assert undefined_units("# Q1. In 227 KiB? (int)") == ["1 KiB = 1024 bytes"]
+    assert undefined_units("# Q4. Its bandwidth in GB/s. (float)") == ["1 GB = 10**9 bytes"]
+    assert undefined_units("# Q1. FLOPs of a 4 x 4 x 4 matmul? (int)") == ["a multiply-add counts as 2"]
+    assert undefined_units("# Q1. FLOPs (a multiply-add\n#     counts as 2) of a 4 x 4 x 4 matmul? (int)") == []

@@ -20,9 +20,9 @@ if TYPE_CHECKING:  # matplotlib is imported where a picture is drawn: a grading 
     from matplotlib.figure import Figure
 
 
-# NVIDIA's Hopper Tuning Guide (a vendor figure, not a measurement): an H100 SM has up to 228 KB of
-# shared memory, and one thread block (one Triton program) may use up to 227 KB of it, since CUDA
-# reserves 1 KB per block.
+# NVIDIA's Hopper Tuning Guide (a vendor figure, not a measurement): an H100 SM has up to 228 KiB of
+# shared memory, and one thread block (one Triton program) may use up to 227 KiB of it, since CUDA
+# reserves 1 KiB per block (1 KiB = 1024 bytes).
 H100_SMEM_PER_SM = 228 * 1024
 H100_SMEM_PER_PROGRAM = 227 * 1024
 H100_RESERVED_PER_PROGRAM = 1024
@@ -196,7 +196,7 @@ def shared_memory_table(smem_bytes: Callable[..., int], block_m: int, block_n: i
     many programs fit on one of its SMs by shared memory alone."""
     extra = f" {'compiled (sm_90)':>17} {'loads':>9}" if compiled is not None else ""
     lines = [f"{block_m} x {block_n} x {block_k} tiles, {dtype_bytes} bytes per value; H100 limits from the "
-             f"{SMEM_SOURCE}: {H100_SMEM_PER_PROGRAM // 1024} KB per program, {H100_SMEM_PER_SM // 1024} KB per SM",
+             f"{SMEM_SOURCE}: {H100_SMEM_PER_PROGRAM // 1024} KiB per program, {H100_SMEM_PER_SM // 1024} KiB per SM",
              f"{'stages':>7} {'bytes':>9}{extra} {'fits one program':>17} {'programs per SM':>16}"]
     for s in stages:
         need = smem_bytes(block_m, block_n, block_k, s, dtype_bytes)
