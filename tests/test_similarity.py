@@ -325,3 +325,25 @@ def test_a_cuda_kernel_in_a_string_is_compared_as_c():
     assert [(p.a.student, p.b.student) for p in pairs] == [("ann", "ben")]
     marked = "".join(re.findall(r"<mark>(.*?)</mark>", str(pairs[0].marked_b), re.S))
     assert "sum += X[i * inner + t] * Y[t * cols + j];" in marked
+
+
+def test_an_unchanged_notebook_is_read_back_and_a_changed_one_compared_again(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    all_results = _graded_class(tmp_path / "subs", out)
+    first = similarity.write_similarity_page(out, all_results).read_text(encoding="utf-8")
+
+    def compare_again(*args, **kwargs):
+        raise AssertionError("compared again, though no code changed")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(similarity, "similar_pairs", compare_again)
+        assert similarity.write_similarity_page(out, all_results).read_text(encoding="utf-8") == first
+    [bob] = [r for r in all_results if r.student == "bob"]
+    stored = similarity.sanitized_path(out, bob)
+    nb = nbformat.read(str(stored), as_version=4)
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == "matmul_kernel":
+            cell.source = CAROL.replace("result", "total_sum")  # regraded: bob now hands in carol's
+    nbformat.write(nb, str(stored))
+    [view] = similarity.build(out, all_results)
+    assert [(p.a.student, p.b.student) for p in view.pairs] == [("bob", "carol")]
