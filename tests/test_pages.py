@@ -444,3 +444,21 @@ def test_plots_drawn_ahead_are_the_ones_the_pages_show_and_none_is_drawn_again(t
     late = _result("fay", perf_rows=_rows_gpu(0.5))  # never drawn ahead: the pages draw it
     feedback.write_pages([late], tmp_path)
     assert "data:image/png;base64," in (tmp_path / "feedback" / "fay" / f"{ASSIGNMENT}-{NOTEBOOK}.html").read_text()
+
+
+@needs_browser
+def test_the_similarity_page_of_the_graded_demo_class(demo_class):
+    """The similarity step on what the grader stored for the demo class: its sanitized notebooks, read back."""
+    from grader import similarity
+
+    page = similarity.write_similarity_page(demo_class["out"], demo_class["results"])
+    _assert_static(page)
+    view = look(page)
+    _assert_fits(view)
+    [day7] = _rows(view, "similarity-summary")  # the other notebooks are missing: nothing to compare
+    assert day7[0] == "week1/day7_fast_matmul" and day7[1] == "5" and day7[2] == "10", day7
+    assert day7[5] == "unchanged_stub"  # the stubs as released are nobody's own code
+    assert "A list for a TA to read, never a penalty." in view["text"]
+    for link in view["links"]:
+        if not link.startswith("#"):
+            assert (demo_class["out"] / unquote(link)).is_file(), f"the similarity page links to a missing file: {link}"
