@@ -85,7 +85,11 @@ def _cell(row: dict[str, str | None], column: str) -> str:
 
 def parse(text: str, path: Path) -> Roster:
     """A Roster from the CSV's text (``path``: for messages)."""
-    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    text = text.lstrip("\ufeff")
+    first = text.split("\n", 1)[0]
+    # Canvas reads a file whose first lines split more evenly on ";" as semicolon-separated (gradebook_importer.rb,
+    # semicolon_delimited?), as spreadsheets in locales with a decimal comma save it: so does this.
+    reader = csv.DictReader(io.StringIO(text), delimiter=";" if first.count(";") > first.count(",") else ",")
     header = [name.strip() for name in (reader.fieldnames or [])]
     reader.fieldnames = header
     missing = [name for name in (STUDENT, CANVAS_ID) if name not in header]

@@ -67,6 +67,9 @@ def test_the_roster_reads_canvas_s_gradebook_export(tmp_path):
     explicit = tmp_path / "folders.csv"
     explicit.write_text("Student,ID,SIS Login ID,folder\n\"Doe, Jane\",12345,jdoe@uni.edu,jane doe\n")
     assert roster.load(explicit).people[0].folder == "jane doe"  # the folder column wins
+    semicolons = tmp_path / "semicolons.csv"
+    semicolons.write_text("Student;ID;SIS User ID;SIS Login ID;Section\nDoe, Jane;12345;900001;jdoe;GPU-01\n")
+    assert roster.load(semicolons).people[0] == roster.Person("Doe, Jane", "12345", "900001", "jdoe", "GPU-01", "jdoe")
 
 
 @pytest.mark.parametrize(("text", "says"), [
