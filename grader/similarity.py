@@ -49,6 +49,7 @@ PAGE = "similarity.html"
 NOISE = 25  # copydetect's noise threshold: the k-gram length, in characters of tokenized code (its default)
 GUARANTEE = 25  # a match this long is always found (copydetect's default: every k-gram is a fingerprint)
 THRESHOLD = 0.5  # the larger share of a pair that lists it
+MAX_CHARS = 200_000  # of one student's code for one notebook (a course answer is a few thousand)
 MIN_SHARED = 60  # characters of tokenized code shared, at least (about two lines): tiny answers match by chance
 # Statuses without a sanitized notebook: nothing of the student's to compare.
 _NOT_READ = (results.MISSING, results.CORRUPT, results.AMBIGUOUS)
@@ -94,6 +95,7 @@ class NotebookSimilarity:
     pairs_compared: int
     median: float | None  # the median pair's score: what "alike" means in this notebook
     pairs: list[Pair]  # listed, most alike first
+    error: str = ""  # why the notebook could not be compared (the other notebooks still are)
 
     @property
     def anchor(self) -> str:
@@ -362,11 +364,18 @@ def build(out: Path, all_results: list[NotebookResult], threshold: float = THRES
             if not source.strip():
                 unread.append(_label(result))
                 continue
+            if len(source) > MAX_CHARS:  # a notebook of generated code: its start is compared
+                source, cells = source[:MAX_CHARS], [*cells, f"only its first {MAX_CHARS:,} characters compared"]
             codes.append(Code(_label(result), _feedback_href(out, result), source, cells))
         digest = _digest(key, released, codes, threshold, min_shared)
         view = _cached(out, key, digest)
         if view is None:
-            pairs, empty, compared, median = similar_pairs(codes, released, threshold, min_shared)
+            try:
+                pairs, empty, compared, median = similar_pairs(codes, released, threshold, min_shared)
+            except Exception as error:  # odd code must not cost the class its pages: said on the page instead
+                found.append(NotebookSimilarity(key, 0, sorted(unread, key=str.casefold), 0, None, [],
+                                                f"not compared: {type(error).__name__}: {error}"[:300]))
+                continue
             view = NotebookSimilarity(key, len(codes) - len(empty), sorted(unread + empty, key=str.casefold),
                                       compared, median, pairs)
             _store(out, key, digest, view)

@@ -347,3 +347,16 @@ def test_an_unchanged_notebook_is_read_back_and_a_changed_one_compared_again(tmp
     nbformat.write(nb, str(stored))
     [view] = similarity.build(out, all_results)
     assert [(p.a.student, p.b.student) for p in view.pairs] == [("bob", "carol")]
+
+
+def test_a_notebook_that_cannot_be_compared_is_said_and_the_page_still_written(tmp_path, monkeypatch):
+    all_results = _graded_class(tmp_path / "subs", tmp_path / "out")
+
+    def broken(*args, **kwargs):
+        raise ValueError("a tokenizer gave up")
+
+    monkeypatch.setattr(similarity, "similar_pairs", broken)
+    text = similarity.write_similarity_page(tmp_path / "out", all_results).read_text(encoding="utf-8")
+    assert "not compared: ValueError: a tokenizer gave up" in text and '<tr class="pair">' not in text
+    assert 'id="no-pairs"' not in text  # not compared is not "nothing alike"
+    assert not (tmp_path / "out" / similarity.CACHE).exists()  # nothing kept: the next page tries again
