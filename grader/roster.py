@@ -109,6 +109,9 @@ def parse(text: str, path: Path) -> Roster:
         if not folder:
             raise RosterError(f"{path}, line {line}: {name!r} has no {FOLDER}, {SIS_LOGIN_ID} or {CANVAS_ID}: "
                               "nothing names their folder")
+        if "/" in folder or "\\" in folder or folder.startswith(".") or folder == "__MACOSX":
+            raise RosterError(f"{path}, line {line}: {folder!r} cannot be a student's folder name (no /, \\ or "
+                              "leading '.')")
         if folder in seen_folders:
             raise RosterError(f"{path}, line {line}: folder {folder!r} is also line {seen_folders[folder]}'s")
         if canvas_id and canvas_id in seen_ids:

@@ -76,6 +76,7 @@ def test_the_roster_reads_canvas_s_gradebook_export(tmp_path):
     ("Name,Login\nJane,jdoe\n", "no 'Student' or 'ID' column"),
     ("Student,ID,SIS Login ID\nA,1,x\nB,2,x\n", "folder 'x' is also line 2's"),
     ("Student,ID,SIS Login ID\nA,1,x\nB,1,y\n", "ID 1 is also line 2's"),
+    ("Student,ID,folder\nA,1,../../etc\n", "'../../etc' cannot be a student's folder name"),
 ])
 def test_a_roster_that_cannot_be_used_says_why(tmp_path, text, says):
     path = tmp_path / "roster.csv"
