@@ -203,7 +203,12 @@ class _Writer:
         for member, parts in kept:
             if member.file_size > self.budget:
                 raise CollectError(f"{upload.member} unpacks to more than {MAX_BYTES // 2**20} MiB")
-            self.put(folder, (assignment, *parts), inner.read(member))
+            try:
+                data = inner.read(member)
+            except (zipfile.BadZipFile, OSError, RuntimeError, ValueError) as error:  # corrupt, or encrypted
+                self.collected.skipped.append(f"{upload.member}: {member.filename!r} cannot be read ({error})")
+                continue
+            self.put(folder, (assignment, *parts), data)
 
 
 def collect(download: Path, roster: Roster, assignment: str, subs: Path,
@@ -241,7 +246,13 @@ def collect(download: Path, roster: Roster, assignment: str, subs: Path,
         record: dict[str, dict[str, object]] = {}
         for upload in uploads:
             folder = folders[upload.user_id]
-            data = archive.read(upload.member)
+            if archive.getinfo(upload.member).file_size > writer.budget:
+                raise CollectError(f"the download unpacks to more than {MAX_BYTES // 2**20} MiB: is it the right zip?")
+            try:
+                data = archive.read(upload.member)
+            except (zipfile.BadZipFile, OSError, RuntimeError, ValueError) as error:
+                collected.skipped.append(f"{upload.member!r}: cannot be read ({error})")
+                continue
             if upload.file_name.lower().endswith(".zip"):
                 writer.unpack(folder, assignment, upload, data)
             else:
