@@ -12,9 +12,11 @@ matches it by title afterwards). There is no total column: Canvas computes the c
 does not know as a score would become an assignment.
 
 A cell is left blank, not 0, where the assignment is not decided yet: points pending a GPU run (or a person), or a
-notebook the grader itself failed on (grader_error). Canvas's import leaves a blank cell's grade as it is, so a CPU
-run never overwrites a GPU run's grade with a partial one. canvas-grades-notes.txt says which cells are blank and
-why, which folders are not on the roster, and who on the roster has no submission.
+notebook the grader itself failed on (grader_error): a partial score must not pass for a grade. Canvas's importer
+counts a blank cell as no change only where its gradebook has no score either (gradebook_importer.rb,
+no_change_to_value?); over a score already there, a blank reads as a change, so the notes tell the TA to take that
+column out before importing. canvas-grades-notes.txt says which cells are blank and why, which folders are not on
+the roster, and who on the roster has no submission.
 """
 
 from __future__ import annotations
@@ -118,9 +120,11 @@ def notes_text(made: CanvasFile, roster: Roster | None) -> str:
         lines.append(f"No roster was given: {STUDENT} and {SIS_LOGIN_ID} hold the student's folder name; {CANVAS_ID}, "
                      f"{SIS_USER_ID} and {SECTION} are blank. Canvas places such a row only where the folder name "
                      "is the student's SIS login (or their name as Canvas has it); give a roster to be sure.")
-    lines += ["", "Blank cells are not zeros: Canvas's import leaves a blank cell's grade as it is. A cell is blank "
-              "while any notebook of its assignment has points pending a GPU run (a CPU grading run cannot time "
-              "kernels) or the grader failed on it; grade on a GPU and upload again."]
+    lines += ["", "Blank cells are not zeros. A cell is blank while any notebook of its assignment has points pending "
+              "a GPU run (a CPU grading run cannot time kernels) or the grader failed on it; grade on a GPU and "
+              "upload again. Canvas's import sets no grade for a blank cell where its gradebook has none, but where "
+              "Canvas already holds a grade for that assignment (an earlier GPU run's), it reads a blank as a "
+              "change: delete that column from the file before importing."]
     lines += [f"  {line}" for line in made.blank] or ["  (no blank cells)"]
     if made.reconciled:
         lines += ["", *(made.reconciled.lines() or ["Every student folder is on the roster, and every roster entry "
