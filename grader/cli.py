@@ -168,41 +168,35 @@ def _settings(args: argparse.Namespace):
 
 
 def _term(args: argparse.Namespace) -> Term:
-    """The term file named by --term, else the course's term.toml when there is one, else no due dates."""
+    """The term file named by --term, else the one --out was published with, else the course's term.toml when
+    there is one, else no due dates (``grader.publish.term_file``)."""
+    from grader import publish
     from grader.layout import REPO, course_notebooks
 
-    path = Path(args.term) if args.term else REPO / TERM_FILE
-    if not args.term and not path.is_file():
-        print(f"no term file ({path} or --term): no due dates, no late penalties")
+    path, line = publish.term_file(Path(args.out), args.term, REPO / TERM_FILE)
+    args.term_path = path
+    if path is None:
+        print(line)
         return Term()
     loaded = term.load(path, {nb.assignment for nb in course_notebooks()})
-    print(f"term: {path} (due: {', '.join(f'{a} {term.shown_time(d)}' for a, d in loaded.due.items()) or 'none'}; "
+    print(f"{line} (due: {', '.join(f'{a} {term.shown_time(d)}' for a, d in loaded.due.items()) or 'none'}; "
           f"late policy: {loaded.policy})")
     return loaded
 
 
-def _apply_term(all_results: list[NotebookResult], out: Path, rules: Term) -> None:
-    """Late penalties into the results (in memory) and the gradebook: reports are written from both."""
-    from grader import gradebook
+def _report(out: Path, rules: Term, args: argparse.Namespace, all_results: list[NotebookResult] | None = None,
+            submissions: Path | None = None) -> list[NotebookResult]:
+    """Every output from the results, the term and the overrides, together (``grader.publish.render``); the term
+    file and the submissions folder are remembered in OUT."""
+    from grader import publish
 
-    term.apply(all_results, rules)
-    gradebook.record_lateness(gradebook.db_url(out), all_results, rules)
-
-
-def _report(all_results: list[NotebookResult], out: Path, rules: Term) -> None:
-    from grader import upload
-    from grader.feedback import write_pages
-    from grader.tables import NBGRADER_CSV, export
-
-    _apply_term(all_results, out, rules)
-    written = export(all_results, out)
-    index = write_pages(all_results, out)
-    uploads = upload.write(all_results, out)
-    print(summary_table(all_results))
-    print(f"\ngradebook: {out / 'gradebook.db'} (`nbgrader export` run in {out} writes {NBGRADER_CSV})"
-          f"\nitems: {written.grades}\nstudents: {written.students}\none row per student, one column per "
-          f"notebook: {written.wide}\nfeedback: {index}\nto upload: {uploads.canvas} (Canvas's gradebook import) and "
-          f"{len(uploads.zips)} zip(s) of feedback pages, one per student, in {uploads.canvas.parent / 'feedback'}")
+    rendered = publish.render(out, rules, all_results, submissions)
+    publish.remember(out, getattr(args, "term_path", None), submissions)
+    print(summary_table(rendered.results))
+    for warning in rendered.warnings:
+        print(f"warning: {warning}")
+    print("\n" + "\n".join(rendered.lines))
+    return rendered.results
 
 
 def cmd_release(args: argparse.Namespace) -> int:
@@ -218,6 +212,7 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     from grader import demo
+    from grader.layout import safe_id
     from grader.pipeline import grade
 
     out = Path(args.out)
@@ -232,6 +227,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 2
     try:
         rules, asked = _term(args), _assignments(args.assignment)
+        folders = {p.name for p in submissions.iterdir() if p.is_dir()}
+        rules.check_students(folders | {safe_id(name) for name in folders})
+        if args.student or args.notebook:
+            args.seed = _regrade(out, args.student, args.notebook, args.seed)
     except (TermError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -265,7 +264,11 @@ def cmd_grade(args: argparse.Namespace) -> int:
         print(f"NOTHING WAS GRADED: no student folders in {submissions} (expected "
               "<dir>/<student>/<assignment>/<notebook>.ipynb)", file=sys.stderr)
         return 1
-    _report(all_results, out, rules)
+    try:
+        all_results = _report(out, rules, args, all_results, submissions)
+    except TermError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     closing = not_graded_summary(all_results)
     print("\n" + "\n".join(closing), flush=True)
     if any(not r.graded_normally for r in all_results):
@@ -428,41 +431,74 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stored_results(args: argparse.Namespace) -> list[NotebookResult] | None:
-    """The results in --out with the term applied; None (after saying why) when the term file is unusable."""
+def _regrade(out: Path, students: list[str], notebooks: list[str], seed: int | None) -> int:
+    """Forget the stored results of the students and notebooks asked for (both: those students' notebooks), so the
+    grade that follows grades them again; returns the class's seed (the one its results hold) unless --seed."""
     from grader.pipeline import load_results
 
+    stored = load_results(out)
+    names = {r.student for r in stored} | {r.student_id for r in stored}
+    keys = {f"{r.assignment}/{r.notebook}" for r in stored}
+    for name in students:
+        if name not in names:
+            raise ValueError(f"--student {name!r}: no such student in {out}{term.closest(name, names)}")
+    for key in notebooks:
+        if key not in keys:
+            raise ValueError(f"--notebook {key!r}: no such notebook in {out}{term.closest(key, keys)}")
+    seeds = {r.run_seed for r in stored if r.run_seed is not None}
+    if seed is None and len(seeds) > 1:
+        raise ValueError(f"{out}'s results were graded with {len(seeds)} seeds: give one with --seed")
+    chosen = [r for r in stored if (not students or {r.student, r.student_id} & set(students))
+              and (not notebooks or f"{r.assignment}/{r.notebook}" in notebooks)]
+    for result in chosen:
+        (out / "results" / result.student_id / result.assignment / f"{result.notebook}.json").unlink(missing_ok=True)
+    print(f"regrading {len(chosen)} notebook(s); the others are kept")
+    return seed if seed is not None else next(iter(seeds), None)
+
+
+def _publish(args: argparse.Namespace) -> int:
+    """The term applied to the stored results, and every output written together."""
+    out = Path(args.out)
+    if not (out / "results").is_dir():
+        print(f"error: no graded results in {out}", file=sys.stderr)
+        return 2
     try:
         rules = _term(args)
+        _report(out, rules, args, submissions=Path(args.submissions) if getattr(args, "submissions", None) else None)
     except TermError as error:
         print(f"error: {error}", file=sys.stderr)
-        return None
-    stored = load_results(Path(args.out))
-    _apply_term(stored, Path(args.out), rules)
-    return stored
+        return 2
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from grader.tables import export
-
-    stored = _stored_results(args)
-    if stored is None:
-        return 2
-    for path in export(stored, Path(args.out)):
-        print(f"wrote {path}")
-    return 0
+    return _publish(args)
 
 
 def cmd_feedback(args: argparse.Namespace) -> int:
-    from grader import upload
-    from grader.feedback import write_pages
+    return _publish(args)
 
-    stored = _stored_results(args)
-    if stored is None:
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    return _publish(args)
+
+
+def cmd_override(args: argparse.Namespace) -> int:
+    from grader import overrides
+    from grader.pipeline import load_results
+
+    out = Path(args.out)
+    try:
+        done = overrides.set_override(out, load_results(out), args.student, args.notebook, args.item, args.score,
+                                      args.why)
+    except overrides.OverrideError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
-    print(f"wrote {write_pages(stored, Path(args.out))}")
-    print(f"wrote {len(upload.write(stored, Path(args.out)).zips)} feedback zip(s) in {Path(args.out) / 'upload'}")
-    return 0
+    was = "pending" if done.auto_score is None else f"{done.auto_score:g}"
+    print(f"{args.student} {args.notebook} {args.item}: {done.score:g} (automatic score {was}): {done.why}")
+    print(f"stored in {out / 'gradebook.db'} (manual_score) and {out / overrides.RECORD}; writing every output again")
+    args.term = None
+    return _publish(args)
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -647,6 +683,11 @@ def parser() -> argparse.ArgumentParser:
                    help="<dir>/<student>/<assignment>/<notebook>.ipynb (default: the demo class, built in --out)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="where results, CSVs and pages go (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="grade again notebooks already graded (default: keep them)")
+    p.add_argument("--student", action="append", default=[], metavar="NAME",
+                   help="grade this student's notebooks again, with the class's seed (repeatable)")
+    p.add_argument("--notebook", action="append", default=[], metavar="ASSIGNMENT/NOTEBOOK",
+                   help="grade this notebook again (with --student: that student's), with the class's seed "
+                        "(repeatable; e.g. week1/day4_first_triton_kernel)")
     p.add_argument("--wait", action="store_true",
                    help="where another grader is grading --out, wait for it to end (default: refuse, exit status 2)")
     p.add_argument("--allow-ungraded", action="store_true",
@@ -718,17 +759,33 @@ def parser() -> argparse.ArgumentParser:
     _execution_options(p)
     p.set_defaults(run=cmd_run, force=False)
 
-    p = commands.add_parser("export", help="write grades.csv, students.csv and grades-wide.csv from the results "
-                                           "in --out")
+    p = commands.add_parser("export", help="the same as publish --out: every output from the results in --out")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="(default: %(default)s)")
     _term_option(p)
     p.set_defaults(run=cmd_export)
 
-    p = commands.add_parser("feedback", help="write the feedback pages (and their zips to upload) from the results "
-                                             "in --out")
+    p = commands.add_parser("feedback", help="the same as publish --out: every output from the results in --out")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="(default: %(default)s)")
     _term_option(p)
     p.set_defaults(run=cmd_feedback)
+
+    p = commands.add_parser("publish", help="write every output again from the stored results, the term and the "
+                                            "TA's overrides (CSVs, gradebook, pages, Canvas file, zips); no regrading")
+    p.add_argument("out", help="the graded class's output folder")
+    p.add_argument("--submissions", default=None,
+                   help="where submission times are read again (default: the folder OUT was graded from)")
+    _term_option(p)
+    p.set_defaults(run=cmd_publish)
+
+    p = commands.add_parser("override", help="set a TA's score for one graded item (nbgrader's manual_score), "
+                                             "then publish")
+    p.add_argument("out", help="the graded class's output folder")
+    p.add_argument("student", help="the student's folder name")
+    p.add_argument("notebook", help="ASSIGNMENT/NOTEBOOK, e.g. week1/day1_host_baseline")
+    p.add_argument("item", help="the graded cell's id (grades.csv's item column)")
+    p.add_argument("score", type=float)
+    p.add_argument("--why", required=True, help="the reason, shown to the student with the score")
+    p.set_defaults(run=cmd_override)
 
     p = commands.add_parser(
         "collect", help="turn a Canvas \"Download submissions\" zip into <out>/<student>/<assignment>/",
@@ -765,7 +822,7 @@ def print_stacks(signum: int, frame: Any) -> None:
 
 
 # The commands that write --out: each holds its lock throughout and stops cleanly on a stop signal.
-WRITES_OUT = ("grade", "check", "pushed", "export", "feedback")
+WRITES_OUT = ("grade", "check", "pushed", "export", "feedback", "publish", "override")
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from sqlalchemy.exc import SAWarning
 from grader.layout import CourseNotebook
 from grader.release import master_version
 from grader.results import NotebookResult
-from grader.term import Term
+from grader.term import Lateness, Term
 
 
 class GradebookMismatch(RuntimeError):
@@ -142,10 +142,12 @@ def _opened(url: str, book: Gradebook | None) -> contextlib.AbstractContextManag
     return contextlib.nullcontext(book) if book is not None else Gradebook(url)
 
 
-def record_lateness(url: str, all_results: list[NotebookResult], term: Term) -> None:
+def record_lateness(url: str, all_results: list[NotebookResult], term: Term,
+                    found: dict[tuple[str, str, str], Lateness]) -> None:
     """Write the term into the gradebook as nbgrader keeps it, so a stock ``nbgrader export`` shows the raw score,
     the late penalty and the final score: each assignment's ``duedate``, each submission's ``timestamp`` (its latest
-    notebook's) and ``extension``, and each notebook's ``late_submission_penalty`` (``grader.term.apply`` first)."""
+    notebook's) and ``extension``, and each notebook's ``late_submission_penalty``. ``found``: what
+    ``grader.term.apply`` returned for these results."""
     with Gradebook(url) as gb, warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)
         for assignment in gb.assignments:
@@ -158,7 +160,7 @@ def record_lateness(url: str, all_results: list[NotebookResult], term: Term) -> 
                 submission = gb.find_submission(assignment, student_id)
             except MissingEntry:
                 continue
-            times = [term.lateness(r).submitted for r in mine]
+            times = [found[r.student_id, r.assignment, r.notebook].submitted for r in mine]
             known = [t for t in times if t is not None]
             submission.timestamp = max(known).replace(tzinfo=None) if known else None
             due, _ = term.due_for(mine[0].student, assignment, student_id)

@@ -10,19 +10,34 @@ The file (``term.example.toml`` shows every key)::
     per_day = 0.10             # per_day: this fraction of the raw score per started day late ...
     cap = 0.50                 # ... at most this fraction ...
     zero_after_days = 7        # ... and all of it once this many days late (optional)
-    times = ["timestamp.txt", "mtime"]   # where a submission time may come from, in this order
+    times = ["lms", "timestamp.txt", "mtime"]   # where a submission time may come from, in this order
+    from_exchange = false      # true: the folders came from nbgrader's exchange, so timestamp.txt and file times
+                               # were written by nbgrader, not by the student
 
     [extensions]               # a student's folder name = { assignment = a new due date, or a number of days }
     "alice" = { week1 = 2026-10-08T23:59:00-04:00 }
 
-A submission time comes from ``timestamp.txt`` in the student's assignment folder (where nbgrader's submit writes
-it) or, as a last resort, from the notebook file's modification time (an LMS download keeps the upload time there
-when unzipped); the source is always reported. A notebook without one is never penalised: its status says why.
+Where a submission time comes from, and which ones the student cannot have written:
+
+* ``lms``: the LMS's own record of the upload, in ``submitted_at.json`` at the top of the submissions folder
+  (beside the student folders, so no student's upload can hold it). Whatever downloads the class from the LMS
+  (such as ``python -m grader collect``) writes it with :func:`write_submitted_at`; its form is
+  ``{"<student folder name>": {"<assignment>": "<ISO 8601 time with its UTC offset>"}}``. Always trusted.
+* ``timestamp.txt`` in the student's assignment folder (where nbgrader's submit writes it) and ``mtime``, the notebook
+  file's modification time: a student who uploads a folder or a zip writes both, so they count only where the term
+  says ``from_exchange = true`` (the folders came from nbgrader's exchange). Otherwise a timestamp.txt found is
+  ignored and the notebook's late note says so.
+
+Every time is read again each time the reports are written (``grader.publish``), so a corrected time needs no
+regrading. A notebook without a usable time is never penalised: its status says why.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
+import os
 import tomllib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -32,8 +47,10 @@ from typing import Any
 from grader.results import NotebookResult
 
 POLICIES = ("none", "per_day", "zero")
-TIME_SOURCES = ("timestamp.txt", "mtime")
-TIMESTAMP_FILE = "timestamp.txt"
+LMS, TIMESTAMP_FILE, MTIME = "lms", "timestamp.txt", "mtime"
+TIME_SOURCES = (LMS, TIMESTAMP_FILE, MTIME)
+SUBMITTED_AT = "submitted_at.json"  # at the submissions folder's top: the LMS's upload times (see above)
+SOURCE_NAMES = {LMS: "the LMS's record", TIMESTAMP_FILE: "timestamp.txt", MTIME: "the file's modification time"}
 
 # A notebook's lateness status (NotebookResult.late_status).
 NO_DUE_DATE = "no_due_date"  # its assignment has no due date: nothing to be late for
@@ -66,6 +83,7 @@ class Term:
     cap: float = 1.0
     zero_after_days: float | None = None
     times: tuple[str, ...] = TIME_SOURCES
+    from_exchange: bool = False  # timestamp.txt and file times were written by nbgrader's exchange, not the student
     extensions: dict[str, dict[str, datetime | float]] = field(default_factory=dict)  # student -> assignment ->
     # a new due date (UTC) or a number of days
 
@@ -94,40 +112,101 @@ class Term:
             return 1.0
         return min(self.cap, self.per_day * math.ceil(seconds_late / 86400))
 
-    def lateness(self, result: NotebookResult) -> Lateness:
-        """From what grading found of the result's submission time (``timestamp_txt``, ``file_mtime``)."""
+    def lateness(self, result: NotebookResult, lms_time: str = "") -> Lateness:
+        """From the submission times found (``lms_time``: the LMS's record, ISO; ``result.timestamp_txt`` and
+        ``result.file_mtime``: what the student's folder holds)."""
         due, extension = self.due_for(result.student, result.assignment, result.student_id)
         if due is None:
             return Lateness(NO_DUE_DATE)
         if not result.submitted_file:
             return Lateness(NOT_SUBMITTED, due, note=extension)
         when, source, problems = None, "", []
+        found = {LMS: lms_time, TIMESTAMP_FILE: result.timestamp_txt, MTIME: result.file_mtime}
         for wanted in self.times:
-            found = result.timestamp_txt if wanted == TIMESTAMP_FILE else result.file_mtime
-            if found.startswith("unreadable"):
-                problems.append(f"{wanted}: {found}")
-            elif found:
-                when, source = datetime.fromisoformat(found), wanted
+            value = found[wanted]
+            if value and wanted != LMS and not self.from_exchange:
+                problems.append(f"{wanted} ignored: the student's upload could have set it (the term's "
+                                "from_exchange = true trusts it)")
+            elif value.startswith("unreadable"):
+                problems.append(f"{wanted}: {value}")
+            elif value:
+                when, source = datetime.fromisoformat(value), wanted
                 break
         if when is None:
             why = "; ".join(problems) or f"none of {', '.join(self.times)} was there"
             return Lateness(NO_TIME, due, note=f"no submission time ({why}): not penalised; a TA decides")
-        source = "timestamp.txt" if source == TIMESTAMP_FILE else "the file's modification time"
         late = max(0.0, (when - due).total_seconds())
         fraction = self.fraction_lost(late)
         status = LATE if late > 0 else ON_TIME
-        note = "; ".join(part for part in (extension, f"submitted {shown_time(when)} ({source})",
-                                           f"{late_text(late)} late, {fraction:.0%} taken off" if late else "")
+        note = "; ".join(part for part in (extension, f"submitted {shown_time(when)} ({SOURCE_NAMES[source]})",
+                                           f"{late_text(late)} late, {fraction:.0%} taken off" if late else "",
+                                           *problems)
                          if part)
         return Lateness(status, due, when, source, late, fraction, note)
 
+    def check_students(self, students: set[str]) -> None:
+        """An extension for a student the class does not have is an error naming the closest one."""
+        for name in self.extensions:
+            if name not in students:
+                raise TermError(f"[extensions] {name!r}: no student is called that{closest(name, students)}")
 
-def apply(all_results: list[NotebookResult], term: Term) -> None:
-    """Set each result's late status, penalty (points) and note from ``term``."""
+
+def closest(name: str, choices: set[str]) -> str:
+    """", the closest is 'x'" (difflib), or the choices when none is close."""
+    near = difflib.get_close_matches(name, sorted(choices), n=1, cutoff=0.5) or \
+        [c for c in sorted(choices) if c.casefold() == name.casefold()]
+    if near:
+        return f" (the closest is {near[0]!r})"
+    return f" (there are {', '.join(sorted(choices))})" if len(choices) <= 12 else ""
+
+
+def read_submitted_at(submissions: Path | None) -> dict[tuple[str, str], str]:
+    """(student folder name, assignment) -> the LMS's upload time (ISO UTC) from ``submitted_at.json``; an entry
+    that is not a time with an offset is read as "unreadable: ..." (its notebook's note says so)."""
+    path = None if submissions is None else submissions / SUBMITTED_AT
+    if path is None or not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise TermError(f"{path} cannot be read: {error}") from None
+    times: dict[tuple[str, str], str] = {}
+    for student, assignments in (data.items() if isinstance(data, dict) else ()):
+        for assignment, text in (assignments.items() if isinstance(assignments, dict) else ()):
+            try:
+                when = datetime.fromisoformat(str(text))
+                if when.tzinfo is None:
+                    raise ValueError("no UTC offset")
+                times[student, assignment] = when.astimezone(UTC).isoformat()
+            except ValueError as error:
+                times[student, assignment] = f"unreadable: {str(text)[:60]!r} ({error})"
+    return times
+
+
+def write_submitted_at(submissions: Path, student: str, assignment: str, when: datetime) -> None:
+    """Record the LMS's upload time of one student's assignment (``when`` with its UTC offset) in
+    ``submissions/submitted_at.json``, keeping the others: for whatever downloads the class from the LMS."""
+    if when.tzinfo is None:
+        raise ValueError(f"{when.isoformat()}: a submission time needs its UTC offset")
+    path = submissions / SUBMITTED_AT
+    data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    data.setdefault(student, {})[assignment] = when.astimezone(UTC).isoformat()
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def apply(all_results: list[NotebookResult], term: Term,
+          lms_times: dict[tuple[str, str], str] | None = None) -> dict[tuple[str, str, str], Lateness]:
+    """Set each result's late status, penalty (points) and note from ``term``; returns each one's Lateness by
+    (student id, assignment, notebook). ``lms_times``: ``read_submitted_at``'s."""
+    found = {}
     for result in all_results:
-        lateness = term.lateness(result)
+        lateness = term.lateness(result, (lms_times or {}).get((result.student, result.assignment), ""))
         result.late_status, result.late_note = lateness.status, lateness.note
         result.late_penalty = round(result.score * lateness.fraction, 4)
+        found[result.student_id, result.assignment, result.notebook] = lateness
+    return found
 
 
 def shown_time(when: datetime) -> str:
@@ -163,7 +242,7 @@ def parse(data: dict[str, Any], courses: set[str] | None = None) -> Term:
 
     def assignment(name: str, where: str) -> str:
         if courses is not None and name not in courses:
-            raise TermError(f"{where}: no assignment is called {name!r} (there are {', '.join(sorted(courses))})")
+            raise TermError(f"{where}: no assignment is called {name!r}{closest(name, courses)}")
         return name
 
     due = {assignment(name, "[due]"): _utc(value, f"[due] {name}") for name, value in data.get("due", {}).items()}
@@ -174,6 +253,9 @@ def parse(data: dict[str, Any], courses: set[str] | None = None) -> Term:
     times = tuple(late.get("times", TIME_SOURCES))
     if not times or any(t not in TIME_SOURCES for t in times):
         raise TermError(f"[late] times = {list(times)!r}: a list of {', '.join(TIME_SOURCES)}")
+    from_exchange = late.get("from_exchange", False)
+    if not isinstance(from_exchange, bool):
+        raise TermError(f"[late] from_exchange = {from_exchange!r}: true or false")
     zero_after = late.get("zero_after_days")
     if zero_after is not None and (isinstance(zero_after, bool) or not isinstance(zero_after, int | float)
                                    or zero_after < 0):
@@ -194,7 +276,7 @@ def parse(data: dict[str, Any], courses: set[str] | None = None) -> Term:
                 raise TermError(f"{where} = {value!r}: a number of days, not negative")
             extensions[student][name] = float(value) if days else _utc(value, where)
     return Term(due, policy, _fraction(late, "per_day", 0.0), _fraction(late, "cap", 1.0),
-                None if zero_after is None else float(zero_after), times, extensions)
+                None if zero_after is None else float(zero_after), times, from_exchange, extensions)
 
 
 def load(path: Path, courses: set[str] | None = None) -> Term:
