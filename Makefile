@@ -61,7 +61,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
 REQUIREMENTS := requirements/base.txt requirements/constraints.txt $(if $(SYSTEM_SITE_PACKAGES),,requirements/torch-cpu.txt)
 
-.PHONY: setup sandbox-tool wheelhouse test lint release check-release grade check bench clean
+.PHONY: setup sandbox-tool wheelhouse test lint release check-release grade publish check bench clean
 
 setup: $(STAMP) sandbox-tool
 
@@ -115,6 +115,10 @@ grade: setup
 		$(if $(ASSIGNMENT),--assignment $(ASSIGNMENT),) $(if $(TERM_FILE),--term $(TERM_FILE),) \
 		$(if $(filter 1 yes true,$(ALLOW_UNGRADED)),--allow-ungraded,)
 
+# Every output again from OUT's stored results, its term (remembered in OUT) and the TA's overrides: no regrading.
+publish: setup
+	$(PY) -m grader publish $(OUT) $(if $(TERM_FILE),--term $(TERM_FILE),)
+
 check: setup
 	$(PY) -m grader check $(NB) --device $(DEVICE) $(LIMITS) $(if $(NO_SANDBOX),--no-sandbox,)
 
@@ -127,5 +131,7 @@ clean:
 
 .PHONY: student-bundle
 # What students receive (released notebooks, course/, setup files; no solutions, grader or tests): DEST=... to move it.
+# COURSE_URL (required): the course's public repository, written after each text's citation of it.
+COURSE_URL ?=
 student-bundle: setup
-	$(PY) -m grader.bundle $(or $(DEST),build/student-bundle)
+	$(PY) -m grader.bundle $(or $(DEST),build/student-bundle) --course-url "$(COURSE_URL)"
