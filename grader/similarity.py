@@ -50,6 +50,7 @@ NOISE = 25  # copydetect's noise threshold: the k-gram length, in characters of 
 GUARANTEE = 25  # a match this long is always found (copydetect's default: every k-gram is a fingerprint)
 THRESHOLD = 0.5  # the larger share of a pair that lists it
 MAX_CHARS = 200_000  # of one student's code for one notebook (a course answer is a few thousand)
+SHOWN = 60  # pairs of a notebook whose code the page shows side by side (its table lists them all)
 MIN_SHARED = 60  # characters of tokenized code shared, at least (about two lines): tiny answers match by chance
 # Statuses without a sanitized notebook: nothing of the student's to compare.
 _NOT_READ = (results.MISSING, results.CORRUPT, results.AMBIGUOUS)
@@ -419,7 +420,7 @@ def _store(out: Path, key: str, digest: str, view: NotebookSimilarity) -> None:
 
 def render(notebooks: list[NotebookSimilarity], threshold: float = THRESHOLD, min_shared: int = MIN_SHARED) -> str:
     return _templates.get_template("similarity.html").render(
-        notebooks=notebooks, threshold=threshold, min_shared=min_shared, noise=NOISE,
+        notebooks=notebooks, threshold=threshold, min_shared=min_shared, noise=NOISE, shown=SHOWN,
         listed=sum(len(n.pairs) for n in notebooks))
 
 

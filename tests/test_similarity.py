@@ -360,3 +360,13 @@ def test_a_notebook_that_cannot_be_compared_is_said_and_the_page_still_written(t
     assert "not compared: ValueError: a tokenizer gave up" in text and '<tr class="pair">' not in text
     assert 'id="no-pairs"' not in text  # not compared is not "nothing alike"
     assert not (tmp_path / "out" / similarity.CACHE).exists()  # nothing kept: the next page tries again
+
+
+def test_many_alike_pairs_are_all_listed_and_the_most_alike_shown(tmp_path, monkeypatch):
+    monkeypatch.setattr(similarity, "SHOWN", 1)
+    all_results = _graded_class(tmp_path / "subs", tmp_path / "out")
+    [view] = similarity.build(tmp_path / "out", all_results, threshold=0.1)
+    assert len(view.pairs) == 3  # with a low threshold, carol's pairs are listed too
+    text = similarity.render([view], threshold=0.1)
+    assert text.count('<tr class="pair">') == 3 and text.count('<pre class="shared-code">') == 2
+    assert "The code of the 1 most alike pairs is shown below; the table lists all 3." in text
