@@ -30,6 +30,7 @@ from typing import Any
 from grader import GRADER_VERSION, out_lock, release, stopping, term
 from grader.gpu_watch import BUSY_SECONDS as GPU_BUSY_SECONDS
 from grader.results import GRADER_ERROR, MISSING, NotebookResult
+from grader.roster import RosterError
 from grader.schedule import JUDGES_PER_GPU
 from grader.student_view import still_a_stub, stub_verdict, without_hidden_material
 from grader.term import Term, TermError
@@ -266,7 +267,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 1
     try:
         all_results = _report(out, rules, args, all_results, submissions)
-    except TermError as error:
+    except (TermError, RosterError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     closing = not_graded_summary(all_results)
@@ -465,7 +466,7 @@ def _publish(args: argparse.Namespace) -> int:
     try:
         rules = _term(args)
         _report(out, rules, args, submissions=Path(args.submissions) if getattr(args, "submissions", None) else None)
-    except TermError as error:
+    except (TermError, RosterError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

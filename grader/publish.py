@@ -109,7 +109,8 @@ def refresh_times(all_results: list[NotebookResult], submissions: Path | None) -
 def render(out: Path, rules: Term, all_results: list[NotebookResult] | None = None,
            submissions: Path | None = None) -> Rendered:
     """Write every output of OUT from its stored results (or ``all_results``, just graded), ``rules`` and the
-    overrides. Raises ``term.TermError`` when the term names a student the class does not have."""
+    overrides. Raises ``term.TermError`` when the term names a student the class does not have, and
+    ``roster.RosterError`` when the roster collect left in ``submissions`` cannot be read."""
     from grader import gradebook, upload
     from grader.feedback import write_pages
     from grader.pipeline import load_results
@@ -124,10 +125,10 @@ def render(out: Path, rules: Term, all_results: list[NotebookResult] | None = No
     gradebook.record_lateness(gradebook.db_url(out), stored, rules, found)
     written = export(stored, out)
     index = write_pages(stored, out)
-    uploads = upload.write(stored, out)
+    uploads = upload.write(stored, out, submissions=submissions)  # collect's roster and Canvas ids are there
     rendered.lines += [f"gradebook: {out / 'gradebook.db'} (`nbgrader export` run in {out} writes {NBGRADER_CSV})",
                        f"items: {written.grades}", f"students: {written.students}",
                        f"one row per student, one column per notebook: {written.wide}", f"feedback: {index}",
                        f"to upload: {uploads.canvas} (Canvas's gradebook import) and {len(uploads.zips)} zip(s) of "
-                       f"feedback pages in {uploads.canvas.parent / 'feedback'}"]
+                       f"feedback pages in {uploads.canvas.parent / 'feedback'}", *uploads.lines]
     return rendered

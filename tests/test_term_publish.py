@@ -45,6 +45,10 @@ def graded(tmp_path_factory):
     term.write_submitted_at(subs, "erin", "week1", DUE + timedelta(days=1, hours=12))
     _stamp(subs / "frank" / "week1", DUE - timedelta(days=1))
     _stamp(subs / "gina" / "week1", DUE + timedelta(days=1, hours=12))
+    # the roster collect leaves beside the class (Canvas's gradebook export): each folder is a SIS Login ID
+    (subs / "roster.csv").write_text("Student,ID,SIS User ID,SIS Login ID,Section\n"
+                                     + "".join(f"{name.title()} Doe,{100 + n},u{n},{name},A\n"
+                                               for n, name in enumerate(("erin", "frank", "gina"))))
     (root / "term.toml").write_text(TERM)
     out = root / "out"
     assert cli.main(["grade", str(subs), "--out", str(out), "--device", "cpu", "--seed", "7", "--allow-ungraded",
@@ -69,15 +73,15 @@ def _rows(path: Path, key: str = "student") -> dict[str, dict[str, str]]:
 
 
 def _canvas(out: Path) -> dict[str, float]:
-    """Each student's week 1 points in the Canvas file (its column's name may carry Canvas's id)."""
+    """Each student's week 1 points in the Canvas file (its column's name may carry Canvas's id), by the folder
+    name the roster gives as the SIS Login ID; each row carries the roster's Canvas id."""
     with (out / "upload" / "canvas-grades.csv").open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
     [column] = [c for c in rows[0] if c.startswith("week1")]
     found = {}
-    for row in rows:
-        for student in ("erin", "frank", "gina"):
-            if student in row.values():
-                found[student] = float(row[column])
+    for row in rows[1:]:
+        assert row["ID"] == str(100 + ("erin", "frank", "gina").index(row["SIS Login ID"]))
+        found[row["SIS Login ID"]] = float(row[column])
     return found
 
 
