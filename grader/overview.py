@@ -340,9 +340,9 @@ def build(all_results: list[NotebookResult], link: Callable[[NotebookResult], st
     score_plot = ""
     plotted = {n.key: n.final_fractions for n in notebooks if n.final_fractions}
     if plotted:
-        title = ("Each submitter's final share of the points (after late penalties), per notebook"
+        title = ("Final scores, after late penalties (submitted notebooks only)"
                  if any(r.late_penalty for r in all_results) else
-                 "Each submitter's share of the points, per notebook (no late penalties: final = raw)")
+                 "Scores (no late penalties: final = raw; submitted notebooks only)")
         score_plot = png(score_distribution(plotted, title=title))
     performance = _performance(all_results, link)
     measured = {v.notebook for v in performance}
