@@ -370,3 +370,17 @@ def test_many_alike_pairs_are_all_listed_and_the_most_alike_shown(tmp_path, monk
     text = similarity.render([view], threshold=0.1)
     assert text.count('<tr class="pair">') == 3 and text.count('<pre class="shared-code">') == 2
     assert "The code of the 1 most alike pairs is shown below; the table lists all 3." in text
+
+
+def test_without_its_stored_notebook_a_result_is_read_from_its_answer_cells(tmp_path):
+    out = tmp_path / "out"
+    all_results = _graded_class(tmp_path / "subs", out)
+    [alice] = [r for r in all_results if r.student == "alice"]
+    stored = similarity.sanitized_path(out, alice)
+    nb = nbformat.read(str(stored), as_version=4)
+    alice.code = [{"id": c.metadata.nbgrader["grade_id"], "source": c.source} for c in nb.cells
+                  if c.get("metadata", {}).get("nbgrader", {}).get("solution")]  # as pipeline._result keeps them
+    stored.unlink()
+    [view] = similarity.build(out, all_results)
+    assert [(p.a.student, p.b.student) for p in view.pairs] == [("alice", "bob")]
+    assert view.pairs[0].a.cells == ["answer cell matmul_kernel"]  # the quiz answers are still left out
