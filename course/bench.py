@@ -77,8 +77,8 @@ class _Spin:
     Triton's launcher) never shows up as idle time inside the timed region. A spin draws little power,
     so the clock a call starts at does not depend on how fast the host loops between calls: matrix work
     in its place held an H200 near its power limit in a tight loop but not in the judge's slower one,
-    and the same kernel timed up to 9% apart (bench/RESULTS.md, session 21). Each call therefore starts at
-    the clock an otherwise quiet GPU gives it; a kernel that draws enough power lowers its own clock
+    and the same kernel timed up to 9% apart (bench/RESULTS.md in the course's online repository). Each call therefore
+    starts at the clock an otherwise quiet GPU gives it; a kernel that draws enough power lowers its own clock
     while it runs, as it would anywhere. Back-to-back timing (triton's do_bench) keeps such a kernel
     throttled throughout and measures it slower.
     """
@@ -241,8 +241,8 @@ def agreement_with_do_bench(n: int = 4096, rounds: int = 3) -> dict[str, float]:
 
     A GPU's clocks drift by several percent within seconds under load, so the two are measured in
     alternation and their medians compared; then two back-to-back course.bench runs are compared. fp32,
-    because on an H200 the two timers agreed on it within 1.5% (bench/RESULTS.md, session 21), while an
-    fp16 matmul timed back to back lowers the GPU's clock and course.bench, whose calls each start on a
+    because on an H200 the two timers agreed on it within 1.5% (bench/RESULTS.md in the course's online repository),
+    while an fp16 matmul timed back to back lowers the GPU's clock and course.bench, whose calls each start on a
     quiet GPU, read it 7-11% faster.
     """
     import triton.testing

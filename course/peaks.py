@@ -1,7 +1,8 @@
 """Datasheet peak rates of common GPUs: the vendor's numbers, not measurements.
 
 Tensor-core rates are the dense figures (NVIDIA's datasheets also print twice as much "with
-sparsity"). Every number here is a datasheet figure; measured numbers live in bench/RESULTS.md.
+sparsity"). Every number here is a datasheet figure; measured numbers live in bench/RESULTS.md in the course's online
+repository.
 """
 
 from __future__ import annotations

@@ -280,7 +280,7 @@ def to_png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-# Class-level plots for the TA's overview page (grader/overview.py). Each takes plain numbers, so the
+# Class-level plots for the TA's overview page. Each takes plain numbers, so the
 # notebooks' own plots and the grader's share one style; none needs a display.
 
 def _bar_height(rows: int, per_row: float = 0.32, minimum: float = 2.2, maximum: float = 40.0) -> float:

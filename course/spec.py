@@ -168,7 +168,7 @@ class ExerciseSpec:
     forbidden_calls: tuple[str, ...] = ()
     # Grade ids of the answer cells this exercise's kernels must be defined in (empty: anywhere in the
     # notebook). The judge refuses a launch of a kernel defined elsewhere, e.g. an earlier exercise's
-    # kernel launched again under this exercise's name (grader/provenance.py).
+    # kernel launched again under this exercise's name (the grader's judge checks it).
     kernel_cells: tuple[str, ...] = ()
     # The graded answer is a time the student's code measures on the GPU during the notebook's run (a host
     # exercise): the recorder makes those calls with the GPU held alone (course.recorder.alone), because work

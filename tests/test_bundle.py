@@ -24,6 +24,7 @@ EXPECTED = ["README.md", "Makefile", "environment.yml", "pyproject.toml", "requi
             "course/selfcheck.py", "course/exercises/matmul_fp32.py", "week1/day7_fast_matmul.ipynb",
             "week1/README.md", "week2/README.md", ".github/workflows/autograde.yml", ".gitignore"]
 FORBIDDEN = ["solutions", "grader", "tests", "examples", "bench", ".ci", "student", "build"]
+COURSE_URL = "https://github.com/example-org/gpu-kernels-course"
 
 
 def secrets_of(notebook: Path) -> dict[str, set[str]]:
@@ -76,7 +77,7 @@ SECRETS = {kind: set().union(*(found[kind] for found in _READ)) - _SHOWN for kin
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     destination = tmp_path_factory.mktemp("bundle") / "student-bundle"
-    bundle.build(destination)
+    bundle.build(destination, COURSE_URL)
     return destination
 
 
@@ -113,9 +114,46 @@ def test_no_file_holds_a_block_marker(built: Path):
     assert hits == []
 
 
-def test_the_student_notebooks_are_the_release(built: Path):
+def test_the_student_notebooks_are_the_release_with_the_courses_address(built: Path):
     for notebook in sorted([*(REPO / "week1").glob("*.ipynb"), *(REPO / "week2").glob("*.ipynb")]):
-        assert (built / notebook.parent.name / notebook.name).read_bytes() == notebook.read_bytes()
+        shipped = json.loads((built / notebook.parent.name / notebook.name).read_text(encoding="utf-8"))
+        released = json.loads(notebook.read_text(encoding="utf-8"))
+        for cell in released["cells"]:
+            cell["source"] = bundle.with_address("".join(cell["source"]), COURSE_URL).splitlines(keepends=True)
+        assert shipped == released
+
+
+def test_every_citation_of_the_online_repository_gives_its_address(built: Path):
+    addressed = re.compile(bundle.ONLINE.pattern + re.escape(f" ({COURSE_URL})"))
+    cited = {name: len(addressed.findall(text)) for name, text in readable(built).items()}
+    assert sum(cited.values()) >= 17 and cited["week2/day5_tma.ipynb (cell 11)"] == 1  # broken over two lines
+    bare = {name: len(bundle.ONLINE.findall(text)) - cited[name] for name, text in readable(built).items()}
+    assert {name: count for name, count in bare.items() if count} == {}
+    assert f"online repository ({COURSE_URL})" in (built / "README.md").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("url", ["", "github.com/org/course", "https://example.org/a b", "ftp://example.org/x"])
+def test_the_build_needs_the_courses_public_address(tmp_path: Path, url: str):
+    with pytest.raises(bundle.BundleError, match="COURSE_URL"):
+        bundle.build(tmp_path / "bundle", url)
+    assert not (tmp_path / "bundle").exists()
+    assert bundle.main([str(tmp_path / "bundle"), "--course-url", url]) == 2
+
+
+def test_the_address_is_written_once_even_across_comment_lines():
+    text = "# measured (bench/RESULTS.md in the course's\n#   online repository): 0.9\n"
+    once = bundle.with_address(text, COURSE_URL)
+    assert once == f"# measured (bench/RESULTS.md in the course's\n#   online repository ({COURSE_URL})): 0.9\n"
+    assert bundle.with_address(once, COURSE_URL) == once
+
+
+def test_setup_files_cite_the_graders_files_in_the_online_repository():
+    note = "pkg==1  # needed by grader/gpu_work.py\n# (tests/test_environment.py fails on drift)\nname: x\n"
+    cited = bundle.cite_online(note)
+    assert cited == ("pkg==1  # needed by grader/gpu_work.py in the course's online repository\n"
+                     "# (tests/test_environment.py in the course's online repository fails on drift)\nname: x\n")
+    assert bundle.cite_online(cited) == cited
+    assert bundle.cite_online('path = "grader/x.py"\n') == 'path = "grader/x.py"\n'  # not a comment
 
 
 def test_pyproject_installs_only_course(built: Path):
@@ -123,10 +161,12 @@ def test_pyproject_installs_only_course(built: Path):
     config = tomllib.loads((built / "pyproject.toml").read_text(encoding="utf-8"))
     assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["course*"]
     assert "scripts" not in config["project"] and "package-data" not in config["tool"]["setuptools"]
+    assert all("/" not in excluded for excluded in config["tool"]["ruff"]["extend-exclude"])
 
 
 def test_the_student_files_come_from_student(built: Path):
-    assert (built / "README.md").read_text() == (REPO / "student" / "README.md").read_text()
+    readme = (REPO / "student" / "README.md").read_text()
+    assert (built / "README.md").read_text() == bundle.with_address(readme, COURSE_URL)
     makefile = (built / "Makefile").read_text()
     assert makefile == (REPO / "student" / "Makefile").read_text()
     assert "course.selfcheck" in makefile and "grader" not in makefile
@@ -155,14 +195,14 @@ def test_a_leak_stops_the_build(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(bundle, "TEMPLATES", planted)
     destination = tmp_path / "bundle"
     with pytest.raises(bundle.BundleError, match="would reach students"):
-        bundle.build(destination)
+        bundle.build(destination, COURSE_URL)
     assert not destination.exists()
 
 
 def test_an_unrelated_folder_is_never_replaced(tmp_path: Path):
     (tmp_path / "keep.txt").write_text("mine")
     with pytest.raises(bundle.BundleError, match="not empty"):
-        bundle.build(tmp_path)
+        bundle.build(tmp_path, COURSE_URL)
     assert (tmp_path / "keep.txt").read_text() == "mine"
 
 
@@ -181,25 +221,34 @@ MADE_BY_SETUP = {".venv"}  # `make setup` creates it in the student's copy
 _PATH = re.compile(r"(?<![\w./-])((?:\.?[\w-]+/)+[\w.-]*[\w/])")
 
 
-def prose(folder: Path) -> dict[str, str]:
-    """What a student reads as text: Markdown files and the notebooks' Markdown cells."""
-    found = {str(p.relative_to(folder)): p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*.md"))}
+READABLE = (".md", ".py", ".yml", ".toml", ".txt", ".gitignore", "Makefile")
+
+
+def readable(folder: Path) -> dict[str, str]:
+    """Every text a student may read: text files (the ``course`` package's comments and docstrings among them)
+    and each cell of each notebook, Markdown and code."""
+    found = {str(p.relative_to(folder)): p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*"))
+             if p.is_file() and p.name.endswith(READABLE)}
     for path in sorted(folder.rglob("*.ipynb")):
         cells = release.read(path).cells
-        found.update({f"{path.relative_to(folder)} (cell {i})": c.source for i, c in enumerate(cells)
-                      if c.cell_type == "markdown"})
+        found.update({f"{path.relative_to(folder)} (cell {i})": c.source for i, c in enumerate(cells)})
     return found
 
 
-def unshipped_references(folder: Path) -> list[str]:
-    """Paths into the repository that ``folder`` lacks, unless the text names them as online; author phrases."""
+def unshipped_references(folder: Path, url: str = COURSE_URL) -> list[str]:
+    """Paths into the repository that ``folder`` lacks, unless the text cites them in the course's online
+    repository at its address; author phrases."""
     top = {p.name for p in REPO.iterdir()} - MADE_BY_SETUP
+    # "`bench/RESULTS.md` in the course's online repository (url)", also after a list of paths joined by "and"
+    cited = rf"in\s+(?:#\s*)?{bundle.ONLINE.pattern}{re.escape(f' ({url})')}"
+    online = re.compile(rf"(?:[\s`#,]|and\b|{_PATH.pattern})*{cited}")
     found = []
-    for name, text in prose(folder).items():
+    for name, text in readable(folder).items():
         for match in _PATH.finditer(text):
             path = match[1]
-            online = "online" in text[match.end():match.end() + 80]
-            if path.split("/")[0] in top and not (folder / path).exists() and not online:
+            cited_online = online.match(text, match.end())
+            shipped = (folder / path).exists() or (folder / f"{path}.ipynb").is_file()  # a notebook's key
+            if path.split("/")[0] in top and not shipped and not cited_online:
                 found.append(f"{name}: {path}")
         found += [f"{name}: {phrase!r}" for phrase in AUTHOR_PHRASES if phrase in text]
     return found
@@ -217,6 +266,13 @@ def test_the_scan_finds_an_author_note_and_a_path_left_behind(built: Path, tmp_p
     assert [f for f in unshipped_references(copy) if f.startswith("week1/NOTES.md")] == [
         "week1/NOTES.md: solutions/week1/", "week1/NOTES.md: bench/RESULTS.md",
                                           "week1/NOTES.md: 'make release'", "week1/NOTES.md: 'solutions/'"]
+    (copy / "course" / "extra.py").write_text("# measured by bench/stages.py and tests/test_stages.py; see\n"
+                                              "# grader/judge.py. Results: bench/RESULTS.md in the course's online "
+                                              f"repository ({COURSE_URL})\nX = 1\n")
+    assert [f for f in unshipped_references(copy) if f.startswith("course/extra.py")] == [
+        "course/extra.py: bench/stages.py", "course/extra.py: tests/test_stages.py", "course/extra.py: grader/judge.py"]
+    # a citation of the online repository without its address is a path left behind too
+    assert unshipped_references(copy, "https://example.org/other") != unshipped_references(copy)
 
 
 def test_each_week_has_a_readme_for_students(built: Path):

@@ -4,7 +4,8 @@
 caused (bytes), how long it took, and the device's two peaks. ``parse_ncu_csv`` reads the CSV that
 ``ncu --csv`` prints; ``measurement_from_ncu`` turns one kernel's metrics into a ``Measurement``.
 
-Run as a program, it is the Nsight Compute target and summary of Day 1 (see ``bench/ncu_day1.sh``)::
+Run as a program, it is the Nsight Compute target and summary of Day 1 (see ``bench/ncu_day1.sh`` in the course's online
+repository)::
 
     python -m course.days.profiling metrics                       # the metric list to pass to ncu --metrics
     python -m course.days.profiling target --steps 64            # the kernel ncu profiles (needs a GPU)

@@ -9,7 +9,7 @@ the spec knows from the shape. The workload is slow for its first ``W`` calls (t
 is told to skip), then its steady calls vary around the true time and a quarter of the timed calls
 are slow outliers. Only a timer that skips the warm-up and takes the median of the timed calls lands
 within the accepted band on every shape: the mean, the minimum, a median that includes the warm-up,
-and a single call all miss it (``tests/test_day1_host_baseline.py`` checks each on every shape).
+and a single call all miss it (the course's own tests check each on every shape).
 
 Known limit: the timer runs in the same process as the workload, so it can read the workload's
 internals (its planned durations) instead of timing it; no check from outside can tell the two

@@ -91,9 +91,9 @@ COPY = register(
         # All far past the 50 MB L2 of an H100 (datasheet): 0.5 GiB, 1 GiB and an odd 600 MB of input.
         bench_shapes=ShapeSet(gpu=((2**27,), (2**28,), (150_000_001,)), cpu=()),
         thresholds=(
-            # Measured (bench/RESULTS.md, session 12): the reference copy reached 0.99 of torch's copy on an H100
-            # and 0.96-0.97 on an H200 at every benchmark length with 8 warps; 16 warps (session 21) 0.98 on the
-            # H200. A plain masked copy (one launch) reached the same
+            # Measured (bench/RESULTS.md in the course's online repository): the reference copy reached 0.99 of torch's
+            # copy on an H100 and 0.96-0.97 on an H200 at every benchmark length with 8 warps; 16 warps
+            # 0.98 on the H200. A plain masked copy (one launch) reached the same
             # at 2^27 and 2^28 elements but 0.86 (H100) and 0.73 (H200) at the odd length, where its loads lose
             # their 16-byte width: 0.95 and 0.88 as a geometric mean. Full marks at 0.75 leave room for that, for
             # run-to-run drift and for other GPUs; a copy that leaves its loads uncoalesced lands far below the

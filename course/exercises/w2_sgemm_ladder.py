@@ -11,7 +11,7 @@ version is expected to be about as fast as its design allows, not as fast as cuB
 
 "v6b really is v6b": speed alone cannot tell (a good v5 may beat a poor v6b), so each exercise
 counts only kernels whose source is a string constant of its own answer cell (``kernel_cells``,
-checked by the judge in grader/provenance.py). Launching the v3 kernel from ``sgemm_v6b``, the
+checked by the grader's judge). Launching the v3 kernel from ``sgemm_v6b``, the
 defect of the ladder's source document, earns none of v6b's points; a copy of v3's source pasted
 into the v6b cell is correct and keeps the correctness points, but not v6b's speed points.
 """
@@ -42,14 +42,14 @@ TITLES = {
 # to spare (the notebook's traffic and bank tables say why the rungs differ), and well below what the
 # course's own kernel for that rung reaches, so that the reference solution earns every point on any
 # run: each band says "this is a v<n>", not "this beats cuBLAS".
-# Measured on an H100 at 4096^3 (bench/RESULTS.md, bench/sgemm_ladder_gpu.py): v1 8.0%, v2 12.8%, v3 16.5%,
-# v4 31.6%, v5 57.2%, v6a 68.6%, v6b 81.2% of cuBLAS fp32 (51.7 TFLOP/s). Full credit sits at 0.6-0.8 of
-# each rung's measured fraction, above the rung below it, so that launching an earlier rung's design
+# Measured on an H100 at 4096^3 (bench/RESULTS.md and bench/sgemm_ladder_gpu.py in the course's online repository): v1
+# 8.0%, v2 12.8%, v3 16.5%, v4 31.6%, v5 57.2%, v6a 68.6%, v6b 81.2% of cuBLAS fp32 (51.7 TFLOP/s). Full credit sits at
+# 0.6-0.8 of each rung's measured fraction, above the rung below it, so that launching an earlier rung's design
 # under a later name costs speed points. v7 (128 x 256 or 128 x 128 tiles, one block an SM) measured 0.909 of
-# cuBLAS at 4096^3 and 0.995 at 3000 x 2000 x 1500 on an H100 (bench/RESULTS.md, session 14's tile sweep), and
-# through the judge on an H200 0.92 and 0.99, then 0.915 and 0.953 (session 19). Its full credit (a geometric
-# mean of 0.84) sits above v6b's own (about 0.78), so that v6b's kernel under v7's name loses points, and below
-# the 0.86 of the 128 x 256 tile without the choice by shape (0.909 and 0.819 on the H100), a v7 all the same.
+# cuBLAS at 4096^3 and 0.995 at 3000 x 2000 x 1500 on an H100 (the tile sweep in bench/RESULTS.md in the course's online
+# repository), and through the judge on an H200 0.92 and 0.99, then 0.915 and 0.953. Its full credit (a
+# geometric mean of 0.84) sits above v6b's own (about 0.78), so that v6b's kernel under v7's name loses points, and
+# below the 0.86 of the 128 x 256 tile without the choice by shape (0.909 and 0.819 on the H100), a v7 all the same.
 BANDS: dict[str, tuple[tuple[float, float], ...]] = {
     "v1": ((0.03, 0.5), (0.05, 1.0)),
     "v2": ((0.05, 0.5), (0.08, 1.0)),

@@ -55,10 +55,10 @@ SPEC = register(
             cpu=(),
         ),
         thresholds=(
-            # Measured on an H100 (bench/RESULTS.md): the tiled kernel (64 x 64 tiles) reached 0.97 of torch's copy
-            # on the two aligned shapes and 0.71-0.77 on the odd one, about 0.88 on the geometric mean; the naive
-            # transposes 0.31 (strided reads) and 0.14 (strided writes). Full points at 0.80 leave room for drift
-            # and other GPUs; the naive ones get none.
+            # Measured on an H100 (bench/RESULTS.md in the course's online repository): the tiled kernel (64 x 64 tiles)
+            # reached 0.97 of torch's copy on the two aligned shapes and 0.71-0.77 on the odd one, about 0.88 on the
+            # geometric mean; the naive transposes 0.31 (strided reads) and 0.14 (strided writes). Full points at 0.80
+            # leave room for drift and other GPUs; the naive ones get none.
             vs_library("vs_copy", "torch copying the same matrix", 2.0,
                        ((0.40, 0.25), (0.55, 0.5), (0.70, 0.75), (0.80, 1.0)),
                        "fp32, exact; GB/s against torch's copy (Tensor.clone) of the same matrix", unit="GB/s"),

@@ -43,11 +43,12 @@ SPEC = register(
             cpu=(),
         ),
         thresholds=(
-            # Measured on an H100 (bench/RESULTS.md): a padded kernel with the given kernel's loops reached 0.84
-            # of torch's copy (geometric mean; 0.90-0.91 on the aligned shapes, 0.68 on 3001 x 5003), and the
-            # conflicted kernel 0.51 (ncu: 16.6 M shared-load bank conflicts at 4096^2 against 55 k padded). On an
-            # H200 (session 21, the judge) the same padded kernel read 0.78-0.82 aligned and 0.66 odd: 0.765. Full
-            # points at 0.72 leave room for drift; the conflicted kernel (0.43-0.46 on the H200) earns nothing.
+            # Measured on an H100 (bench/RESULTS.md in the course's online repository): a padded kernel with the given
+            # kernel's loops reached 0.84 of torch's copy (geometric mean; 0.90-0.91 on the aligned shapes, 0.68 on 3001
+            # x 5003), and the conflicted kernel 0.51 (ncu: 16.6 M shared-load bank conflicts at 4096^2 against 55 k
+            # padded). On an H200 (through the judge) the same padded kernel read 0.78-0.82 aligned and 0.66 odd:
+            # 0.765. Full points at 0.72 leave room for drift; the conflicted kernel (0.43-0.46 on the H200) earns
+            # nothing.
             vs_library("vs_copy", "torch's copy", 2.0, ((0.58, 0.25), (0.63, 0.5), (0.68, 0.75), (0.72, 1.0)),
                        "fp32, exact (a copy) against torch copying the same matrix", unit="GB/s"),
             # The reference has two kernels of its own besides the padded one: sector-aligned runs where the row

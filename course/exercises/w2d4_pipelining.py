@@ -10,7 +10,7 @@ speed items reward a kernel whose loads are pipelined.
 ``stages * (BM * BK + BK * BN) * dtype_bytes`` bytes: one buffer per stage, each holding an A tile
 and a B tile. Judged exactly, on shapes drawn afresh for each grading run, so a table of the visible
 answers fails. Compiled for sm_90 by Triton 3.6, the course's kernel allocated exactly this many
-bytes for every stage count tried (``tests/test_day4_pipelining.py``).
+bytes for every stage count tried (the course's own tests check it).
 """
 
 from __future__ import annotations
@@ -51,16 +51,17 @@ MATMUL = register(
             cpu=(),
         ),
         thresholds=(
-            # Measured on an H100 (bench/RESULTS.md): the tile the notebook suggests (128 x 128 x 64, 8 warps,
-            # 3 or 4 stages, no grouped ordering) reached 0.72-0.75 of cuBLAS fp16 on the geometric mean of the
-            # three shapes, the reference (128 x 256 x 64, 4 stages) 0.92. Full points at 0.60 leave room for
-            # drift and other GPUs.
+            # Measured on an H100 (bench/RESULTS.md in the course's online repository): the tile the notebook suggests
+            # (128 x 128 x 64, 8 warps, 3 or 4 stages, no grouped ordering) reached 0.72-0.75 of cuBLAS fp16 on the
+            # geometric mean of the three shapes, the reference (128 x 256 x 64, 4 stages) 0.92. Full points at 0.60
+            # leave room for drift and other GPUs.
             vs_library("vs_cublas", "cuBLAS fp16", 2.0, ((0.30, 0.25), (0.42, 0.5), (0.52, 0.75), (0.60, 1.0)),
                        "fp16 inputs, fp32 accumulation, fp16 output, against cuBLAS fp16 (torch.mm)"),
             # Against the reference (128 x 256 x 64 tiles, 4 stages), measured on an H100 as the judge measures
-            # (bench/w2d4_stage_students.py): 128 x 128 x 64 tiles with 1, 2, 3 and 4 stages reached 0.47, 0.66,
-            # 0.81 and 0.78; 128 x 256 x 64 with 2 and 3 stages 0.58 and 0.94; 64 x 64 x 32 with 3 stages 0.32.
-            # Full points at 0.70 give the suggested tile with 3 or 4 stages full marks with room for drift.
+            # (bench/w2d4_stage_students.py in the course's online repository): 128 x 128 x 64 tiles with 1, 2, 3 and 4
+            # stages reached 0.47, 0.66, 0.81 and 0.78; 128 x 256 x 64 with 2 and 3 stages 0.58 and 0.94; 64 x 64 x 32
+            # with 3 stages 0.32. Full points at 0.70 give the suggested tile with 3 or 4 stages full marks with room
+            # for drift.
             vs_reference(2.0, ((0.30, 0.25), (0.45, 0.5), (0.56, 0.75), (0.70, 1.0)),
                          "fp16 inputs, fp32 accumulation, fp16 output, against the course's reference kernel"),
         ),

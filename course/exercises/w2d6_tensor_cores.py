@@ -53,10 +53,10 @@ def _thresholds(label: str) -> tuple[Threshold, ...]:
     library = f"cuBLAS {label} GEMM with fp32 accumulation (reduced-precision reductions off)"
     exercise = f"{label} inputs, fp32 accumulation, {label} output"
     return (
-        # Measured on an H100 (bench/RESULTS.md): the reference (a plain tl.dot kernel without grouped
-        # ordering, with the tiles of the notebook's tiles_for: 128 x 256 x 64, 4 stages) reached 0.93 of cuBLAS
-        # fp16 and of cuBLAS bf16; with 128 x 128 x 64 tiles, 0.80. Full marks at 0.60 leave room for other GPUs
-        # and drift; a kernel that leaves the tensor cores idle (fp32 FMA arithmetic) lands below the lowest band.
+        # Measured on an H100 (bench/RESULTS.md in the course's online repository): the reference (a plain tl.dot kernel
+        # without grouped ordering, with the tiles of the notebook's tiles_for: 128 x 256 x 64, 4 stages) reached 0.93
+        # of cuBLAS fp16 and of cuBLAS bf16; with 128 x 128 x 64 tiles, 0.80. Full marks at 0.60 leave room for other
+        # GPUs and drift; a kernel that leaves the tensor cores idle (fp32 FMA arithmetic) lands below the lowest band.
         vs_library("vs_cublas", f"cuBLAS {label}", 2.0 if label == "fp16" else 1.0,
                    ((0.20, 0.25), (0.35, 0.5), (0.50, 0.75), (0.60, 1.0)), f"{exercise}, against {library}"),
         # Full marks at 85% of the course's reference kernel, measured in the same run. The tiles are the

@@ -20,9 +20,9 @@ ENV = "COURSE_GPU_ALONE"  # set by the grader (grader.run_alone.ENV) to the fold
 ANSWER_SECONDS = 600.0
 # Beside other runs a configuration's benchmark may read slow by any amount (other runs' kernels, or a pause at the
 # gate between the two events of one timing), so a window around the shared fastest can miss the true best: on two
-# H200s a 25% window kept an 8192^3 pick 8% slower than the best (bench/RESULTS.md, session 11). So this many of
-# the fastest configurations of the shared benchmark are benchmarked again, alone: all of a usual list, and a bound
-# on the GPU time alone that a long list can take.
+# H200s a 25% window kept an 8192^3 pick 8% slower than the best (bench/RESULTS.md in the course's online repository).
+# So this many of the fastest configurations of the shared benchmark are benchmarked again, alone: all of a usual list,
+# and a bound on the GPU time alone that a long list can take.
 RETIMED = 8
 
 
