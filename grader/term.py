@@ -125,13 +125,17 @@ class Term:
         for wanted in self.times:
             value = found[wanted]
             if value and wanted != LMS and not self.from_exchange:
-                problems.append(f"{wanted} ignored: the student's upload could have set it (the term's "
-                                "from_exchange = true trusts it)")
+                problems.append(f"{wanted} ignored: the student's upload could have set it (the term's from_exchange "
+                                "= true trusts it)")
             elif value.startswith("unreadable"):
                 problems.append(f"{wanted}: {value}")
             elif value:
                 when, source = datetime.fromisoformat(value), wanted
                 break
+        ignored = (f"{TIMESTAMP_FILE} ignored: the student's upload could have set it (the term's from_exchange "
+                   "= true trusts it)")
+        if result.timestamp_txt and not self.from_exchange and ignored not in problems:
+            problems.append(ignored)  # reported even where a time came from elsewhere
         if when is None:
             why = "; ".join(problems) or f"none of {', '.join(self.times)} was there"
             return Lateness(NO_TIME, due, note=f"no submission time ({why}): not penalised; a TA decides")

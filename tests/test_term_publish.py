@@ -150,7 +150,8 @@ def test_one_publish_applies_an_extension_an_override_and_a_corrected_time_every
     row = next(r for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))
                if r["student"] == "frank" and r["item"] == item["item"])
     assert row["score"] == "0" and "TA override to 0" in row["message"] and "the answer was copied" in row["message"]
-    assert "the answer was copied" in (out / "feedback" / "frank" / f"week1-{NOTEBOOK}.html").read_text()
+    page = (out / "feedback" / "frank" / f"week1-{NOTEBOOK}.html").read_text()
+    assert "the answer was copied" in page and page.count('class="badge override-badge"') == 1
     assert "extension of 3 days" in _first_item(out, "erin")["late_note"]
     assert (out / "term.toml").read_text() == (graded / "extended.toml").read_text()
 
@@ -235,7 +236,9 @@ def test_times_the_student_could_write_are_refused_unless_the_folders_came_from_
     lateness = upload.lateness(_result(timestamp_txt=late, file_mtime=late))
     assert lateness.status == term.NO_TIME and lateness.fraction == 0
     assert "timestamp.txt ignored: the student's upload could have set it" in lateness.note
-    assert upload.lateness(_result(timestamp_txt=late), lms_time=DUE.isoformat()).status == term.ON_TIME
+    lateness = upload.lateness(_result(timestamp_txt=late), lms_time=DUE.isoformat())
+    assert lateness.status == term.ON_TIME and "(the LMS's record)" in lateness.note
+    assert "timestamp.txt ignored" in lateness.note  # the upload's own time, named though the LMS's counted
     exchange = term.parse(tomllib.loads(TERM), {"week1", "week2"})
     assert exchange.lateness(_result(timestamp_txt=late)).status == term.LATE
     term.write_submitted_at(tmp_path, "erin", "week1", datetime.fromisoformat("2026-10-06T01:00:00-04:00"))
