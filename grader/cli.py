@@ -605,8 +605,9 @@ def _forwarded(args: argparse.Namespace) -> list[str]:
 
 def _term_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--term", default=None, metavar="FILE",
-                        help=f"due dates, late policy and extensions (default: {TERM_FILE} in the course folder, when "
-                             "there is one; term.example.toml shows the form; make: TERM_FILE)")
+                        help=f"due dates, late policy and extensions (default: the one OUT was published with, kept as "
+                             f"OUT/{TERM_FILE}; else {TERM_FILE} in the course folder, when there is one; "
+                             "term.example.toml shows the form; make: TERM_FILE)")
 
 
 def _selection_options(parser: argparse.ArgumentParser) -> None:

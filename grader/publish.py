@@ -121,6 +121,9 @@ def render(out: Path, rules: Term, all_results: list[NotebookResult] | None = No
     submissions = submissions or submissions_of(out)
     refresh_times(stored, submissions)
     rendered = Rendered(stored, warnings=overrides.apply(out, stored))
+    if submissions is None or not submissions.is_dir():
+        rendered.warnings.append(f"submission times as grading found them: {out} does not know its submissions "
+                                 "folder (publish --submissions DIR reads them again)")
     found = term.apply(stored, rules, term.read_submitted_at(submissions))
     gradebook.record_lateness(gradebook.db_url(out), stored, rules, found)
     written = export(stored, out)

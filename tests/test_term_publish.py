@@ -246,3 +246,28 @@ def test_times_the_student_could_write_are_refused_unless_the_folders_came_from_
     assert term.read_submitted_at(tmp_path) == {("erin", "week1"): "2026-10-06T05:00:00+00:00"}
     (tmp_path / term.SUBMITTED_AT).write_text(json.dumps({"erin": {"week1": "2026-10-06 01:00"}}))
     assert term.read_submitted_at(tmp_path)[("erin", "week1")].startswith("unreadable")
+
+
+def _stored(out: Path, student: str, notebook: str, seed: int = 7) -> None:
+    path = out / "results" / student / "week1" / f"{notebook}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(NotebookResult(student, "week1", notebook, "ok", run_seed=seed).to_json()))
+
+
+def test_a_targeted_regrade_forgets_only_what_it_names_and_keeps_the_seed(tmp_path, capsys):
+    out = tmp_path / "out"
+    for student in ("erin", "frank"):
+        for notebook in (NOTEBOOK, "day2_gpu_arrays"):
+            _stored(out, student, notebook)
+    assert cli._regrade(out, ["frank"], [f"week1/{NOTEBOOK}"], None) == 7
+    assert sorted(str(p.relative_to(out / "results")) for p in (out / "results").rglob("*.json")) == [
+        "erin/week1/day1_host_baseline.json", "erin/week1/day2_gpu_arrays.json", "frank/week1/day2_gpu_arrays.json"]
+    assert cli._regrade(out, [], ["week1/day2_gpu_arrays"], 3) == 3  # every student's, with the seed given
+    assert not list((out / "results").rglob("day2_gpu_arrays.json"))
+    with pytest.raises(ValueError, match=r"--student 'Erin': no such student .* \(the closest is 'erin'\)"):
+        cli._regrade(out, ["Erin"], [], None)
+    with pytest.raises(ValueError, match=r"the closest is 'week1/day1_host_baseline'"):
+        cli._regrade(out, [], ["week1/day1_host_baselin"], None)
+    _stored(out, "gina", NOTEBOOK, seed=8)
+    with pytest.raises(ValueError, match="graded with 2 seeds: give one with --seed"):
+        cli._regrade(out, ["gina"], [], None)
