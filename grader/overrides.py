@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from nbgrader import api
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import Gradebook
 from sqlalchemy.exc import SAWarning
 
 from grader import results
@@ -85,37 +85,42 @@ def set_override(out: Path, all_results: list[NotebookResult], student: str, not
 
 
 def stored(out: Path, all_results: list[NotebookResult]) -> dict[tuple[str, str, str, str], Override]:
-    """Every manual score in OUT's gradebook for these results, with its reason where the grader has one."""
+    """Every manual score in OUT's gradebook for these results (one query), with its reason where the grader has
+    one, by (student id, assignment, notebook, item)."""
     record = read_record(out)
     found: dict[tuple[str, str, str, str], Override] = {}
     if not (out / "gradebook.db").is_file():
         return found
+    wanted = {(r.student_id, r.assignment, r.notebook) for r in all_results}
     with Gradebook(db_url(out)) as gb:
-        for result in all_results:
-            try:
-                submission = gb.find_submission_notebook(result.notebook, result.assignment, result.student_id)
-            except MissingEntry:
-                continue
-            grades = gb.db.query(api.Grade, api.BaseCell.name) \
-                .join(api.BaseCell, api.Grade.cell_id == api.BaseCell.id) \
-                .filter(api.Grade.notebook_id == submission.id, api.Grade.manual_score.isnot(None))
-            for grade, name in grades:
-                mine = record.get(_key(result.student_id, result.assignment, result.notebook, name), {})
-                same = mine.get("score") == grade.manual_score
-                found[result.student_id, result.assignment, result.notebook, name] = Override(
-                    float(grade.manual_score), str(mine.get("why", "")) if same else "",
-                    mine.get("auto_score") if same else None)  # type: ignore[arg-type]
+        rows = gb.db.query(api.Grade.manual_score, api.BaseCell.name, api.Notebook.name, api.Assignment.name,
+                           api.SubmittedAssignment.student_id) \
+            .join(api.BaseCell, api.Grade.cell_id == api.BaseCell.id) \
+            .join(api.SubmittedNotebook, api.Grade.notebook_id == api.SubmittedNotebook.id) \
+            .join(api.Notebook, api.SubmittedNotebook.notebook_id == api.Notebook.id) \
+            .join(api.SubmittedAssignment, api.SubmittedNotebook.assignment_id == api.SubmittedAssignment.id) \
+            .join(api.Assignment, api.SubmittedAssignment.assignment_id == api.Assignment.id) \
+            .filter(api.Grade.manual_score.isnot(None)).all()
+    for score, item, notebook, assignment, student_id in rows:
+        if (student_id, assignment, notebook) not in wanted:
+            continue
+        mine = record.get(_key(student_id, assignment, notebook, item), {})
+        same = mine.get("score") == score  # a reason recorded for another score (changed in formgrader) is not its
+        auto = mine.get("auto_score") if same else None
+        found[student_id, assignment, notebook, item] = Override(
+            float(score), str(mine.get("why", "")) if same else "", None if auto is None else float(auto))
     return found
 
 
 def apply(out: Path, all_results: list[NotebookResult]) -> list[str]:
     """Put OUT's overrides on the results (in memory: the stored results are the grader's automatic scores);
     returns a warning for each override whose automatic score changed since it was set."""
-    found = stored(out, all_results)
+    by_notebook: dict[tuple[str, str, str], dict[str, Override]] = {}
+    for (student_id, assignment, notebook, name), override in stored(out, all_results).items():
+        by_notebook.setdefault((student_id, assignment, notebook), {})[name] = override
     warnings_: list[str] = []
     for result in all_results:
-        mine = {key[3]: o for key, o in found.items() if key[:3] == (result.student_id, result.assignment,
-                                                                     result.notebook)}
+        mine = by_notebook.get((result.student_id, result.assignment, result.notebook))
         if not mine:
             continue
         items = items_of(result)
