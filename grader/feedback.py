@@ -25,7 +25,7 @@ from nbconvert.filters.highlight import Highlight2HTML
 from pygments.formatters import HtmlFormatter
 
 from course.plot import gflops_vs_size
-from grader import overview, results
+from grader import overview, results, similarity
 from grader.results import ItemResult, NotebookResult
 from grader.tables import items_of
 
@@ -204,8 +204,9 @@ def _csv_links(out: Path) -> list[dict[str, str]]:
     return [{"name": name, "what": what} for name, what in files if name and (out / name).exists()]
 
 
-def write_pages(all_results: list[NotebookResult], out: Path) -> Path:
-    """Write every feedback page and the index (the class overview); returns the index's path."""
+def write_pages(all_results: list[NotebookResult], out: Path, similar: bool = False) -> Path:
+    """Write every feedback page and the index (the class overview); returns the index's path. ``similar``: also the
+    similar-submissions page, for the TA's outputs only (it names pairs of students)."""
     rows = []
     index = out / "index.html"
 
@@ -229,7 +230,7 @@ def write_pages(all_results: list[NotebookResult], out: Path) -> Path:
                      "measured": "; ".join(i.measured for i in perf),
                      "provisional": any(i.provisional for i in items)})
     rows.sort(key=lambda row: (row["student"].casefold(), row["notebook"]))
-    view = overview.build(all_results, link)
+    view = overview.build(all_results, link, similarity.write_similarity_page(out, all_results).name if similar else "")
     index.write_text(_templates.get_template("index.html").render(rows=rows, o=view, files=_csv_links(out)),
                      encoding="utf-8")
     return index

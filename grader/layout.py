@@ -15,6 +15,10 @@ from pathlib import Path, PurePosixPath
 from grader import results
 from grader.term import TIMESTAMP_FILE
 
+# What `python -m grader collect` leaves beside the students' folders (grader/collect.py): the LMS's upload times,
+# its ids and the roster. Named here, not imported: the sandbox's copy of this module must not load those modules.
+CLASS_FILES = ("submitted_at.json", "collected.json", "roster.csv")
+
 REPO = Path(__file__).resolve().parent.parent
 SOLUTIONS = REPO / "solutions"
 KERNEL_NAME = "gpu-kernels-course"
@@ -224,7 +228,7 @@ def find_submissions(root: Path, assignments: Collection[str] = (), not_due: Col
         if path.name.startswith(".") or path.name == "__MACOSX":
             if path.is_dir() and path.name not in (".git", ".ipynb_checkpoints"):
                 problems.append(f"{shown(str(path))}: a hidden (or macOS zip) folder, not a student's; ignored")
-        elif not path.is_dir():
+        elif not path.is_dir() and path.name not in CLASS_FILES:
             problems.append(f"{shown(str(path))}: a file at the top level, not a student's folder; ignored")
     folders = {p.name: _scan(p) for p in student_dirs}
     notebooks = course_notebooks()

@@ -127,7 +127,7 @@ def render(out: Path, rules: Term, all_results: list[NotebookResult] | None = No
     found = term.apply(stored, rules, term.read_submitted_at(submissions))
     gradebook.record_lateness(gradebook.db_url(out), stored, rules, found)
     written = export(stored, out)
-    index = write_pages(stored, out)
+    index = write_pages(stored, out, similar=True)
     uploads = upload.write(stored, out, submissions=submissions)  # collect's roster and Canvas ids are there
     rendered.lines += [f"gradebook: {out / 'gradebook.db'} (`nbgrader export` run in {out} writes {NBGRADER_CSV})",
                        f"items: {written.grades}", f"students: {written.students}",

@@ -23,7 +23,7 @@ import pytest
 from nbgrader.api import Gradebook
 
 from grader import cli, demo, layout, results
-from grader.layout import course_notebooks, find_submissions, safe_id, valid_id
+from grader.layout import CLASS_FILES, course_notebooks, find_submissions, safe_id, valid_id
 from grader.pipeline import Settings, describe_failed_run, grade
 from grader.release import student_version
 
@@ -382,3 +382,12 @@ def test_a_setup_on_a_venvs_python_with_system_site_packages_sees_that_venvs_pac
                            capture_output=True, text=True)
     assert found.returncode == 0, found.stderr[-2000:]
     assert Path(found.stdout.strip()).is_relative_to(Path(sys.prefix)) and sys.prefix != sys.base_prefix
+
+
+def test_what_collect_leaves_beside_the_students_is_no_stray_file(tmp_path):
+    (tmp_path / "alice" / "week1").mkdir(parents=True)
+    for name in (*CLASS_FILES, "notes.txt"):
+        (tmp_path / name).write_text("{}")
+    problems = find_submissions(tmp_path)[1]
+    assert [p for p in problems if "top level" in p] == [f"{tmp_path / 'notes.txt'}: a file at the top level, not a "
+                                                         "student's folder; ignored"]
