@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -47,44 +48,42 @@ def now_us() -> int:
     return int(time.time() * 1e6)
 
 
-def busy_since(gpu: str, since_us: int) -> set[int] | None:
-    """The processes whose kernels kept ``gpu``'s multiprocessors busy in a sample taken after ``since_us``."""
+_NOT_FOUND = object()  # NVML's "no such sample": nothing ran in the window asked about
+
+
+def _ask(gpu: str, question: Callable[[Any, Any], Any]) -> Any:
+    """``question(nvml, handle)`` for ``gpu``, under the lock; None where NVML cannot answer, _NOT_FOUND where it has
+    nothing newer to report."""
     with _LOCK:
         handle = _handle(gpu)
         if handle is None:
             return None
         nvml = _nvml()
         try:
-            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+            return question(nvml, handle)
         except nvml.NVMLError_NotFound:
-            return set()  # no sample newer than that: nothing ran
+            return _NOT_FOUND
         except nvml.NVMLError:
             return None
+
+
+def busy_since(gpu: str, since_us: int) -> set[int] | None:
+    """The processes whose kernels kept ``gpu``'s multiprocessors busy in a sample taken after ``since_us``."""
+    samples = _ask(gpu, lambda nvml, handle: nvml.nvmlDeviceGetProcessUtilization(handle, since_us))
+    if samples is None or samples is _NOT_FOUND:
+        return None if samples is None else set()
     return {sample.pid for sample in samples if sample.timeStamp > since_us and sample.smUtil > 0}
 
 
 def memory_by_process(gpu: str) -> dict[int, int] | None:
     """The bytes of ``gpu``'s memory each process with a context on it holds (0 where the driver does not say)."""
-    with _LOCK:
-        handle = _handle(gpu)
-        if handle is None:
-            return None
-        nvml = _nvml()
-        try:
-            processes = nvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        except nvml.NVMLError:
-            return None
+    processes = _ask(gpu, lambda nvml, handle: nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+    if processes is None or processes is _NOT_FOUND:
+        return None
     return {process.pid: int(process.usedGpuMemory or 0) for process in processes}
 
 
 def total_memory(gpu: str) -> int | None:
     """``gpu``'s memory in bytes."""
-    with _LOCK:
-        handle = _handle(gpu)
-        if handle is None:
-            return None
-        nvml = _nvml()
-        try:
-            return int(nvml.nvmlDeviceGetMemoryInfo(handle).total)
-        except nvml.NVMLError:
-            return None
+    info = _ask(gpu, lambda nvml, handle: nvml.nvmlDeviceGetMemoryInfo(handle))
+    return None if info is None or info is _NOT_FOUND else int(info.total)

@@ -280,3 +280,41 @@ def test_a_build_past_its_limits_is_the_students_and_any_other_failure_the_grade
     job = execute.Job(notebook="", workdir=str(tmp_path / "work"), device="gpu", log=str(tmp_path / "log"))
     outcome = execute.build(job, tmp_path / "nb.ipynb", tmp_path / "missing.json", {}, tmp_path / "built")
     assert outcome.status == status and said in outcome.message, outcome
+
+
+def test_the_driver_s_answers_become_busy_pids_memory_and_none_where_it_cannot_say(monkeypatch):
+    from grader import gpu_work
+
+    class Failed(Exception):
+        pass
+
+    class NotFound(Failed):
+        pass
+
+    def sample(pid: int, stamp: int, busy: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(pid=pid, timeStamp=stamp, smUtil=busy)
+
+    driver = types.SimpleNamespace(
+        NVMLError=Failed, NVMLError_NotFound=NotFound,
+        nvmlDeviceGetProcessUtilization=lambda handle, since: [sample(1, since + 1, 5), sample(2, since + 1, 0),
+                                                               sample(3, since - 1, 9)],
+        nvmlDeviceGetComputeRunningProcesses=lambda handle: [types.SimpleNamespace(pid=1, usedGpuMemory=None),
+                                                             types.SimpleNamespace(pid=2, usedGpuMemory=7)],
+        nvmlDeviceGetMemoryInfo=lambda handle: types.SimpleNamespace(total=80))
+    monkeypatch.setattr(gpu_work, "_nvml", lambda: driver)
+    monkeypatch.setattr(gpu_work, "_handle", lambda gpu: object())
+    # busy after the moment and with its multiprocessors in use: pid 1 only
+    assert gpu_work.busy_since("0", 100) == {1}
+    assert gpu_work.memory_by_process("0") == {1: 0, 2: 7} and gpu_work.total_memory("0") == 80
+
+    def nothing_newer(handle, since):  # noqa: ANN001, ANN202
+        raise NotFound
+
+    def failing(handle):  # noqa: ANN001, ANN202
+        raise Failed
+
+    driver.nvmlDeviceGetProcessUtilization = nothing_newer
+    driver.nvmlDeviceGetComputeRunningProcesses = failing
+    assert gpu_work.busy_since("0", 100) == set() and gpu_work.memory_by_process("0") is None
+    monkeypatch.setattr(gpu_work, "_handle", lambda gpu: None)  # no such GPU, or no driver
+    assert gpu_work.busy_since("0", 100) is None and gpu_work.total_memory("0") is None
