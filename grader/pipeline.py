@@ -423,14 +423,8 @@ _OUT_OF_MEMORY = ("out of memory", "OutOfMemoryError", "CUDA_ERROR_OUT_OF_MEMORY
 
 def _ran_out_of_gpu_memory(executed: Path) -> bool:
     """Whether a cell of the executed notebook failed for want of GPU memory."""
-    try:
-        if executed.is_symlink() or executed.stat().st_size > _MAX_EXECUTED_BYTES:
-            return False
-        cells = json.loads(executed.read_text(encoding="utf-8", errors="replace")).get("cells", [])
-    except (OSError, ValueError, AttributeError):
-        return False
-    for cell in cells if isinstance(cells, list) else []:
-        for output in (cell.get("outputs") or []) if isinstance(cell, dict) else []:
+    for cell in _executed_cells(executed):
+        for output in cell.get("outputs") or []:
             if isinstance(output, dict) and output.get("output_type") == "error":
                 text = f"{output.get('ename', '')}: {output.get('evalue', '')}"
                 if any(marker in text for marker in _OUT_OF_MEMORY):
@@ -546,6 +540,18 @@ def ungraded_result(submission: Submission, status: str, message: str, settings:
 # Reading the executed notebook the sandbox returned: untrusted data, so sizes are capped and every
 # field is checked before use; only ever shown, never scored.
 _MAX_EXECUTED_BYTES = 128 * 2**20
+
+
+def _executed_cells(path: Path) -> list[dict[str, Any]]:
+    """The cells of a notebook the sandbox wrote, each a dict ([] where it is a link, too large or unreadable)."""
+    try:
+        if path.is_symlink() or path.stat().st_size > _MAX_EXECUTED_BYTES:
+            return []
+        nb = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, ValueError, RecursionError):
+        return []
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    return [c if isinstance(c, dict) else {} for c in cells] if isinstance(cells, list) else []
 _TAIL_LINES, _TAIL_CHARS, _LINE_CHARS = 40, 4000, 300
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
@@ -622,17 +628,7 @@ def describe_failed_run(run: Path, status: str) -> tuple[str, str]:
     if status not in _RUN_STATUSES:
         return "", ""
     stopped_at, tail = "", ""
-    path = run / "executed.ipynb"
-    try:
-        if path.is_symlink() or path.stat().st_size > _MAX_EXECUTED_BYTES:
-            raise ValueError("not read")
-        nb = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-        cells = nb.get("cells") if isinstance(nb, dict) else None
-        if not isinstance(cells, list):
-            raise ValueError("no cells")
-    except (OSError, ValueError, RecursionError):
-        cells = []
-    cells = [c if isinstance(c, dict) else {} for c in cells]
+    cells = _executed_cells(run / "executed.ipynb")
     chosen = None
     if status == results.CUDA_ERROR:
         chosen = next((i for i, c in enumerate(cells)
