@@ -26,6 +26,7 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,9 +185,25 @@ def _keep(found: Definitions, kept: list[str], lines: list[str], node: ast.Funct
     found.nodes[node.name] = (node, index)
 
 
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The top-level statements, and inside a top-level ``if``/``else`` (``elif`` too) the assignments that make a
+    kernel (``k = triton.jit(f)``, ``k = triton.autotune(...)(triton.jit(f))``): every branch is read, whichever
+    ran, so a notebook may pick the interpreter's form on a laptop and the autotuned one on a GPU. Nothing else of a
+    branch is read: a constant bound there is not one of the notebook's."""
+    for node in body:
+        if not isinstance(node, ast.If):
+            yield node
+            continue
+        for branch in (node.body, node.orelse):
+            for inner in _statements(branch):
+                if isinstance(inner, ast.Assign) and _wrapped(inner.value) is not None:
+                    yield inner
+
+
 def read_definitions(cells: list[str]) -> Definitions:
-    """Top-level kernels (``@triton.jit``, or ``k = triton.jit(f)`` of a plain top-level ``def f``) and constant
-    assignments, checked without running anything; each kernel's body is vetted (``grader.kernel_vet``)."""
+    """Top-level kernels (``@triton.jit``, or ``k = triton.jit(f)`` of a plain top-level ``def f``, also in the
+    branches of a top-level ``if``) and constant assignments, checked without running anything; each kernel's body
+    is vetted (``grader.kernel_vet``)."""
     found = Definitions([], {}, {})
     plain: dict[str, tuple[ast.FunctionDef, int, list[str]]] = {}  # undecorated top-level functions so far
     for index, source in enumerate(cells):
@@ -197,7 +214,7 @@ def read_definitions(cells: list[str]) -> Definitions:
             tree = ast.parse(source)
         except (SyntaxError, ValueError, MemoryError, RecursionError):
             continue
-        for node in tree.body:
+        for node in _statements(tree.body):
             if isinstance(node, ast.FunctionDef) and not node.decorator_list:
                 plain[node.name] = (node, index, lines)
             elif isinstance(node, ast.FunctionDef):

@@ -130,6 +130,46 @@ def test_the_functional_forms_of_triton_s_tutorials_are_kernels_of_their_functio
     assert entry.get("kernel") == "_matmul_kernel", entry
 
 
+def test_a_kernel_bound_in_the_branches_of_a_top_level_if_is_read_from_every_branch():
+    source = HEAD + textwrap.dedent("""
+        def _matmul_kernel(x_ptr, BLOCK: tl.constexpr):
+            tl.store(x_ptr + tl.arange(0, BLOCK), tl.zeros((BLOCK,), dtype=tl.float32))
+
+        def _payload_kernel(x_ptr):
+            os.system("id")
+
+        if DEVICE.interpret:
+            matmul_kernel = triton.jit(_matmul_kernel)
+            BLOCK = 32
+        elif FAST:
+            matmul_kernel = triton.heuristics(values={"EVEN": lambda args: True})(triton.jit(_matmul_kernel))
+        else:
+            matmul_kernel = triton.autotune(configs=[triton.Config({"BLOCK": 16})], key=["n"])(
+                triton.jit(_matmul_kernel))
+            spare = triton.jit(_payload_kernel)
+    """)
+    definitions = build_kernels.read_definitions([source])
+    assert definitions.kernel_names == {"matmul_kernel": "_matmul_kernel", "spare": "_payload_kernel"}
+    assert build_kernels.kernel_problem(definitions, "_matmul_kernel") is None
+    # every branch is vetted, whichever ran
+    assert "os.system" in build_kernels.kernel_problem(definitions, "_payload_kernel")
+    assert "BLOCK" not in definitions.values  # a branch's constant is not one of the notebook's
+
+
+def test_a_kernel_bound_twice_in_branches_with_different_options_is_refused():
+    source = HEAD + textwrap.dedent("""
+        def _k(x_ptr):
+            pass
+
+        if DEVICE.interpret:
+            k = triton.jit(_k, debug=True)
+        else:
+            k = triton.jit(_k)
+    """)
+    definitions = build_kernels.read_definitions([source])
+    assert "twice with different options" in build_kernels.kernel_problem(definitions, "_k")
+
+
 def _notebook(folder: Path, *sources: str) -> Path:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]

@@ -292,6 +292,11 @@ EXPECTED: dict[str, Expected] = {
         "HONEST: the reference kernel as triton.autotune(...)(triton.heuristics(...)(triton.jit(f))), a helper "
         "as triton.jit(g, noinline=False)", "nothing to defeat: the functional forms are read like decorators",
         old="0 on every kernel item (not a top-level @triton.jit function)"),
+    "honest_tutorial_if_else": _honest_fast(
+        "HONEST: the kernel bound by triton.jit(f) or triton.autotune(...)(triton.jit(f)) in the branches of a "
+        "top-level if DEVICE.interpret / else, as Triton's tutorials and laptop-and-GPU notebooks write it",
+        "nothing to defeat: every branch's binding is read from the syntax; the judge times the autotuner's configs",
+        old="0 on every kernel item (not a top-level @triton.jit function)"),
     "jit_default_payload": _stub_two("constexpr default = os.system(...) or payload() or 32",
                                      "default not a plain literal", old="CPU 7, GPU 7"),
     # host work and overfitting
