@@ -51,3 +51,41 @@ def test_w1d7_table_from_an_export_takes_the_longest_kernel_and_derives_its_rate
     assert row["top_stalls_cycles_per_issue"] == {"long_scoreboard": 2.25, "barrier": 0.5}
     printed = capsys.readouterr().out
     assert "long_scoreboard 2.25" in printed and "cublas_tf32_off " in printed  # a label longer than its column, whole
+
+
+def test_own_kernels_summary_derives_rates_from_the_counters(tmp_path):
+    from bench import ncu_own_kernels
+
+    header = ['"ID"', '"Kernel Name"', '"gpu__time_duration.sum"', '"dram__bytes_read.sum"', '"dram__bytes_write.sum"',
+              '"launch__registers_per_thread"',
+              '"smsp__average_warp_latency_issue_stalled_long_scoreboard_per_issue_active.ratio"',
+              '"smsp__average_warp_latency_issue_stalled_selected_per_issue_active.ratio"']
+    units = ['""', '""', '"ns"', '"byte"', '"byte"', '"register/thread"', '"ratio"', '"ratio"']
+    lines = ["==PROF== not CSV", ",".join(header), ",".join(units), '"0","matmul_kernel","2000000","3e9","1e9","96",'
+             '"4.5","1.0"']
+    path = tmp_path / "raw.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (row,) = ncu_csv.read(path)
+    entry = ncu_own_kernels.plan(tmp_path / "nb.ipynb", 1000, 2000)[0]
+    out = ncu_own_kernels.summarise(row, entry)
+    assert abs(out["tflops"] - 2e9 / 2e-3 / 1e12) < 1e-12  # 2 * 1000^3 FLOPs in 2 ms
+    assert abs(out["flop_per_dram_byte"] - 2e9 / 4e9) < 1e-12
+    assert abs(out["least_dram_gb"] - 4 * 3e6 / 1e9) < 1e-12  # fp32: A, B and C once
+    assert out["registers_per_thread"] == 96
+    assert out["top_stalls_cycles_per_issue"] == {"long_scoreboard": 4.5}
+
+
+def test_own_kernels_takes_the_kernel_cells_of_a_notebook(tmp_path):
+    from bench import ncu_own_kernels
+
+    def cell(grade_id, source):
+        return {"cell_type": "code", "metadata": {"nbgrader": {"grade_id": grade_id}}, "source": source}
+
+    nb = {"cells": [cell("parameters", 'device = "auto"'), cell("setup", "import course"),
+                    cell("check", "course.check.assert_correct(1)"), cell("kernel", "@triton.jit\ndef k(): pass"),
+                    cell("wrapper", "def matmul(a, b): return a"), cell("benchmark", "perf = 1")]}
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps(nb), encoding="utf-8")
+    source = ncu_own_kernels.notebook_matmul_source(path)
+    assert "def matmul(" in source and "@triton.jit" in source and "import course" in source
+    assert "assert_correct" not in source and "perf = 1" not in source
