@@ -5,8 +5,8 @@
 For every CUDA module in OUT's run folders (``runs/*/*/*/built/index.json``) this compiles the same source with
 the same options through ``course.cuda.nvrtc_compile`` here, says whether the two images are byte-identical and
 which NVRTC this process has, and times Week 2 Day 3's ``transpose_salign`` from each image beside torch's copy at
-3001 x 5003, twice (bench/RESULTS.md, session 20: the judge timed it at 0.83-0.84 of copy, a direct call at
-0.71-0.73, because of the heater ``course.bench`` had then; session 21 replaced it with a spin).
+3001 x 5003, twice (H200, 2026-11-28: the judge timed it at 0.83-0.84 of copy, a direct call at
+0.71-0.73, because of the heater ``course.bench`` had then; a spin replaced it the same day).
 GPU only; on a CPU it says so and exits 0.
 """
 

@@ -2,16 +2,17 @@
 
     python bench/heater_duty.py [--json FILE] [--seconds S]
 
-Session 20 found that ``course.bench``'s heater of then (about 0.5 ms of fp16 matmuls before each timed call) holds an
-H200 near its power limit, so how much of each round the host spends between calls sets the SM clock: a tight bench loop
-timed Week 2 Day 3's sector-aligned transpose at 0.72-0.75 of torch's copy, the judge (more host work per call) at
-0.82-0.85. This times five kernels in the same rounds (torch's copy, that CUDA C transpose and Week 2 Day 2's Triton
-one at their odd shapes, torch.mm in fp16 and in fp32 at 4096) with each of four fillers, each at three host paces
-(0, 0.5 and 2 ms of extra host work before every call), sampling the SM clock and power with nvidia-smi:
+A study on an H200 (2026-11-28) found that ``course.bench``'s heater of then (about 0.5 ms of fp16 matmuls before each
+timed call) holds an H200 near its power limit, so how much of each round the host spends between calls sets the SM
+clock: a tight bench loop timed Week 2 Day 3's sector-aligned transpose at 0.72-0.75 of torch's copy, the judge (more
+host work per call) at 0.82-0.85. This times five kernels in the same rounds (torch's copy, that CUDA C transpose and
+Week 2 Day 2's Triton one at their odd shapes, torch.mm in fp16 and in fp32 at 4096) with each of four fillers, each
+at three host paces (0, 0.5 and 2 ms of extra host work before every call), sampling the SM clock and power with
+nvidia-smi:
 
 - ``matmul``: that heater (4096^2 fp16 matmuls, as many as fill 0.5 ms), queued after the host's work;
 - ``spin``: ``torch.cuda._sleep`` for the same 0.5 ms, which keeps the stream busy while the host launches the call
-  but draws little power (what ``course.bench`` queues since session 21);
+  but draws little power (what ``course.bench`` queues since 2026-11-28);
 - ``none``: nothing, so the host's launch falls inside the timing;
 - ``matmul covering``: matmuls queued before the host's work, as many as the previous round's host time plus 0.5 ms,
   so the GPU never idles (a duty cycle of about 100%, as back-to-back timing has).

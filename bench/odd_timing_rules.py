@@ -4,8 +4,8 @@ the rounds?
     python bench/odd_timing_rules.py [--all] [--json FILE]
 
 On an H200 the judge timed Week 2 Day 3's sector-aligned kernel at 0.851 of torch's copy at 3001 x 5003 and
-``bench/transpose_odd_w2d3.py`` at 0.743; Day 2's at 5003 x 12007, 0.895 against 0.803 (bench/RESULTS.md, session
-20). Both time with ``course.bench.time_interleaved``. The judge gives every call fresh inputs and times three
+``bench/transpose_odd_w2d3.py`` at 0.743; Day 2's at 5003 x 12007, 0.895 against 0.803 (2026-11-28).
+Both time with ``course.bench.time_interleaved``. The judge gives every call fresh inputs and times three
 entries a round (student, reference, library); the bench scripts reuse one input and time eight to ten. The judge's
 replay also makes each output buffer before the timed call and fills it with NaN (the library's copy allocates its
 own). This times the same kernels (Day 3: the padded reference and ``salign 32/256``; Day 2: the tiled kernel and

@@ -3,7 +3,7 @@
     python bench/replay_vs_direct.py [--json FILE]
 
 On an H200 the judge timed Week 2 Day 3's ``transpose_salign`` (the reference, at 3001 x 5003) at 0.83-0.84 of
-torch's copy, a direct call of the same source at 0.72-0.73 (bench/RESULTS.md, session 20). This records one call
+torch's copy, a direct call of the same source at 0.72-0.73 (H200, 2026-11-28). This records one call
 of the solution notebook's ``transpose_padded`` as the notebook's recording does, builds its kernels as the
 grader's builder does (``grader.build_kernels``, in this process), and times beside torch's copy: the direct call,
 the judge's replay of the recorded plan (``grader.replay``), each on fresh inputs, at an odd and an aligned shape.

@@ -203,7 +203,7 @@ def torch_transpose(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.T
 
 
 def earlier_variants() -> list[tuple[str, Callable, bool]]:
-    """With --all: runs 1-3's other variants and the limits without a transpose (session 15, on the H100)."""
+    """With --all: runs 1-3's other variants and the limits without a transpose (on the H100, 2026-11-28)."""
     return [
         ("split 64x64 w4", transposer(_split_kernel, 64, 64, 4), True),
         ("gather 64x64 w4", transposer(_gather_kernel, 64, 64, 4, extra_column=True), True),

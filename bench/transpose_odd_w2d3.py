@@ -389,7 +389,7 @@ VARIANTS: list[tuple[str, Callable[[], Callable], bool]] = [
     ("dispatch vec4|salign", dispatch, True),
     ("limit: 2-D copy 32x8", copy2d, False),
 ]
-# With --all: the other variants of runs 1-3 (session 15, on the H100).
+# With --all: the other variants of runs 1-3 (on the H100, 2026-11-28).
 EARLIER: list[tuple[str, Callable[[], Callable], bool]] = [
     ("fixed 64x8", lambda: reference(64, 8), True),
     ("vec4 64x64/256 rot", lambda: tiled(VEC4, 64, 64, 256, rot=True), True),

@@ -816,7 +816,7 @@ def parser() -> argparse.ArgumentParser:
 def print_stacks(signum: int, frame: Any) -> None:
     """``kill -USR1 <pid>``: every thread's stack to stderr, where a grading run that stopped moving waits. In
     Python, with the GIL held, not through faulthandler, whose dump reads running threads' frames without it: on a
-    GPU host it crashed a grader it was asked about (SIGSEGV, bench/RESULTS.md, session 11)."""
+    GPU host it crashed a grader it was asked about (SIGSEGV on an H100, 2026-11-27)."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
     for ident, top in sys._current_frames().items():
         stack = "".join(traceback.format_stack(top))

@@ -100,7 +100,7 @@ OUTLIER = 8.0  # a timed call interrupted by something else on the machine
 LOW_BOUND, HIGH_BOUND = 0.8, 1.8  # accepted: this band around the true steady-state time
 # sleep() never returns early. It overshoots by about 0.1 ms on an idle machine, and by up to 4 ms now
 # and then on a loaded one (measured on the course's 2-core CPU machine at a load average of 6); with steady
-# times of 6 to 10 ms a right timer once failed in the full CPU suite (session 23). With steady times of 12
+# times of 6 to 10 ms a right timer once failed in the full CPU suite (2026-11-28). With steady times of 12
 # to 20 ms, a right timer fails only if two calls around the median overshoot by 0.8 of the steady time
 # (10 ms or more); a wrong one passes only if its wrong statistic lands far from where the plan puts it.
 

@@ -52,10 +52,10 @@ SPEC = register(
             vs_library("vs_copy", "torch's copy", 2.0, ((0.58, 0.25), (0.63, 0.5), (0.68, 0.75), (0.72, 1.0)),
                        "fp32, exact (a copy) against torch copying the same matrix", unit="GB/s"),
             # The reference has two kernels of its own besides the padded one: sector-aligned runs where the row
-            # count is no multiple of 8 (session 20: 3001 x 5003 from 0.69 to 0.94 of copy on an H100 in a bench
+            # count is no multiple of 8 (2026-11-28: 3001 x 5003 from 0.69 to 0.94 of copy on an H100 in a bench
             # script, 0.83-0.85 on an H200 in the judge) and 16-byte loads and stores where both sides are
-            # multiples of 64 (session 21: 0.94-0.98 of copy on the aligned shapes on an H200, the judge; a
-            # similar kernel 0.97-0.99 on an H100 in session 15). Against it, the padded kernel with the given
+            # multiples of 64 (2026-11-28: 0.94-0.98 of copy on the aligned shapes on an H200, the judge; a
+            # similar kernel 0.97-0.99 on an H100 the same day). Against it, the padded kernel with the given
             # loops measured 0.82 on the H200 (geometric mean; about 0.87 expected on the H100 from the ratios
             # above), the conflicted kernel 0.46 on the H200 (about 0.53 on the H100). Full points at 0.75 leave
             # the given loops room; nothing below 0.56.
