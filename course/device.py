@@ -114,8 +114,8 @@ def synchronize() -> None:
     """Wait until all work queued on the course's device has finished.
 
     On a GPU this is ``torch.cuda.synchronize()``; on a CPU it waits for the simulated asynchronous
-    device of ``course.days.async_work`` (Day 2), so a timer written with it is right on both.
+    device of ``course.exercises.async_device`` (Day 2), so a timer written with it is right on both.
     """
-    from course.days import async_work
+    from course.exercises import async_device
 
-    async_work.synchronize(info().torch_device)
+    async_device.synchronize(info().torch_device)

@@ -11,6 +11,7 @@ import importlib
 import math
 import pkgutil
 import random
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -211,8 +212,12 @@ class ExerciseSpec:
 
 
 _REGISTRY: dict[str, ExerciseSpec] = {}
+_HOME: dict[str, str] = {}  # spec id -> the module that registered it
 # Every module of this package defines specs; imported on first lookup so that `import course` stays light.
 SPEC_PACKAGE = "course.exercises"
+# A spec id's prefix names its module: "w1d2.gpu_time_ms" lives in course/exercises/w1d2_*.py, a week's bonus
+# ("w2x.sgemm_v1") in w2_*.py; these few live elsewhere.
+_HOMES_BY_PREFIX = {"w1d7": "matmul_fp32"}
 
 
 def _never_timed(inputs: Inputs) -> Any:
@@ -243,6 +248,7 @@ def register(spec: ExerciseSpec) -> ExerciseSpec:
     if spec.id in _REGISTRY and _REGISTRY[spec.id] is not spec:
         raise ValueError(f"two specs share the id {spec.id!r}")
     _REGISTRY[spec.id] = spec
+    _HOME[spec.id] = sys._getframe(1).f_globals.get("__name__", "")
     return spec
 
 
@@ -251,16 +257,34 @@ def spec_modules() -> list[str]:
     return sorted(f"{SPEC_PACKAGE}.{m.name}" for m in pkgutil.iter_modules(package.__path__) if not m.ispkg)
 
 
+def home(spec_id: str) -> str:
+    """The module that registers ``spec_id`` (once it is loaded)."""
+    return _HOME[spec_id]
+
+
+def _homes(spec_id: str) -> list[str]:
+    """The modules a spec id's name says it lives in."""
+    prefix = spec_id.split(".", 1)[0]
+    if prefix in _HOMES_BY_PREFIX:
+        return [f"{SPEC_PACKAGE}.{_HOMES_BY_PREFIX[prefix]}"]
+    stem = prefix[:-1] if prefix.endswith("x") else prefix
+    return [m for m in spec_modules() if m.rsplit(".", 1)[1].startswith(f"{stem}_")]
+
+
 def _load_all() -> None:
     for module in spec_modules():
         importlib.import_module(module)
 
 
 def get(spec_id: str | ExerciseSpec) -> ExerciseSpec:
-    """Find a spec by id (a spec passed in is returned unchanged)."""
+    """Find a spec by id (a spec passed in is returned unchanged), loading only the module its id names."""
     if isinstance(spec_id, ExerciseSpec):
         return spec_id
-    _load_all()
+    if spec_id not in _REGISTRY:
+        for module in _homes(spec_id):
+            importlib.import_module(module)
+    if spec_id not in _REGISTRY:
+        _load_all()  # an id its name does not place: every module (and a KeyError naming the known ids)
     try:
         return _REGISTRY[spec_id]
     except KeyError:

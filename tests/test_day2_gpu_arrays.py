@@ -13,6 +13,7 @@ import torch
 import course
 from course import check
 from course.days import async_work
+from course.exercises import async_device
 from course.exercises import w1d2_gpu_arrays as day2
 from course.exercises.w1d2_gpu_arrays import SPEC
 
@@ -248,8 +249,9 @@ def test_the_recorder_times_the_students_calls_with_the_gpu_alone_and_only_those
     gate = GpuGate(idle=lambda gpu: True)
     # The work queued before each timed call is queued inside the hold: the hold's drain would finish it.
     queued_while_held = []
-    launch = async_work.launch
-    monkeypatch.setattr(async_work, "launch", lambda *a: (queued_while_held.append(gate.busy("0")), launch(*a))[1])
+    launch = async_device.launch  # the spec's inputs queue their work through it
+    monkeypatch.setattr(async_device, "launch",
+                        lambda *a: (queued_while_held.append(gate.busy("0")), launch(*a))[1])
     with gate.shared("0") as run, AloneChannel(tmp_path / "gpu-alone", run) as channel:
         monkeypatch.setenv(alone.ENV, channel.folder.as_posix())
         export.write(namespace, str(request))

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import ast
+import json
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import course
@@ -43,6 +46,42 @@ def test_the_recorder_stands_on_the_toolkit_alone():
     # What runs in the sandbox and writes the judge's data imports neither the grader nor a day's helpers.
     imported = _imports_of(REPO / "course" / "recorder")
     assert not {name for name in imported if name.startswith(("grader", "course.days", "course.exercises"))}
+
+
+def _modules_after(code: str) -> list[str]:
+    """The modules loaded in a fresh Python process after ``code`` ran (imports only what ``code`` imports)."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+# Every spec, loaded as each process loads it: one by one through ``spec.get`` (the recorder finds its notebook's
+# specs by id), and all at once (the grader).
+_LOAD_EVERY_SPEC = """
+from course import spec
+ids = [s.id for s in spec.all_specs()]
+for i in ids:
+    spec.get(i)
+"""
+
+
+def test_the_recorders_process_loads_no_day_helper_and_no_grader_module():
+    # At run time, not only in the import statements: a spec that imports a day helper would bring it into the
+    # sandbox's recorder as soon as the recorder looks that spec up.
+    recorder = [f"course.recorder.{m.name}" for m in pkgutil.iter_modules([str(REPO / "course" / "recorder")])]
+    assert "course.recorder.export" in recorder
+    loaded = _modules_after("\n".join(f"import {m}" for m in recorder) + _LOAD_EVERY_SPEC)
+    assert "course.recorder.export" in loaded and "course.exercises.w1d2_gpu_arrays" in loaded  # not vacuous
+    strays = [m for m in loaded if m.startswith(("course.days", "grader"))]
+    assert strays == [], f"the recorder's process loaded {strays}"
+
+
+def test_the_graders_process_loads_no_day_helper_with_every_spec():
+    loaded = _modules_after("import grader.score, grader.judge" + _LOAD_EVERY_SPEC)
+    assert "grader.judge" in loaded and "course.exercises.w2d1_profiling" in loaded  # not vacuous
+    strays = [m for m in loaded if m.startswith("course.days")]
+    assert strays == [], f"the grader's process loaded {strays}"
 
 
 def test_every_triton_compile_goes_through_course_compiler():

@@ -100,3 +100,20 @@ def test_the_baseline_ignores_a_later_rebinding_of_torch_mm(monkeypatch):
     monkeypatch.setattr(torch, "mm", lambda a, b: torch.zeros(a.shape[0], b.shape[1]))
     inputs = SPEC.make_inputs((8, 9, 10), 0, "cpu")
     assert torch.allclose(matmul_fp32.cublas_fp32(inputs).double(), SPEC.reference(inputs), atol=1e-4)
+
+
+def test_every_spec_lives_in_the_module_its_id_names():
+    # spec.get loads only the module an id names; a spec registered elsewhere would load every module.
+    misplaced = {s.id: spec.home(s.id) for s in spec.all_specs() if spec._homes(s.id) != [spec.home(s.id)]}
+    assert misplaced == {}
+
+
+def test_get_loads_the_specs_own_module_alone():
+    import json
+    import subprocess
+    import sys
+
+    probe = ("import json, sys\nfrom course import spec\nspec.get('w2d1.classify')\n"
+             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('course.exercises.'))))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(done.stdout) == ["course.exercises.kernel_measurement", "course.exercises.w2d1_profiling"]

@@ -20,7 +20,8 @@ import argparse
 import csv
 import re
 import sys
-from dataclasses import dataclass
+
+from course.exercises.kernel_measurement import Measurement
 
 # The metrics Day 1 reads, and what each one is (Nsight Compute's names).
 NCU_METRICS: dict[str, str] = {
@@ -38,23 +39,6 @@ NCU_METRICS: dict[str, str] = {
 _PREFIXES = {"n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 _SCALED_UNIT = re.compile(r"^([numKkMGT]?)(byte|second|sector)((?:/second)?)$")
 _THOUSANDS = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One kernel run, as a profiler reports it, and the peaks of the device it ran on.
-
-    ``flops``: floating-point operations executed; ``dram_bytes``: bytes moved between DRAM and the
-    L2 cache (reads plus writes); ``time_ms``: the kernel's duration in milliseconds;
-    ``peak_tflops``: the device's peak rate for this kind of arithmetic, in TFLOP/s;
-    ``peak_tbps``: its peak DRAM bandwidth, in TB/s.
-    """
-
-    flops: float
-    dram_bytes: float
-    time_ms: float
-    peak_tflops: float
-    peak_tbps: float
 
 
 def _number(text: str) -> float:

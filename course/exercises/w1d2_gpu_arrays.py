@@ -1,7 +1,7 @@
 """Week 1 Day 2: time one call of asynchronous device work, right.
 
 The student writes ``gpu_time_ms(fn)``: the time one call of ``fn()`` keeps the device busy, in
-milliseconds. The graded input is a workload (``course.days.async_work.Workload``) whose calls queue work
+milliseconds. The graded input is a workload (``course.exercises.async_device.Workload``) whose calls queue work
 of a duration drawn from the seed and return at once; before it is handed over, earlier work of
 one to two times that duration is queued on the same device, as in any real program. A right timer
 waits for the device before starting its clock and again before stopping it (or brackets the call
@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from course.days import async_work
+from course.exercises import async_device
 from course.spec import Inputs, Shape, ShapeSet, host_exercise, register
 
 # A reported time passes within this factor of the truth, either way.
@@ -44,15 +44,15 @@ def durations(shape: Shape, seed: int) -> tuple[float, float]:
 def make_inputs(shape: Shape, seed: int, device: str) -> Inputs:
     """A workload for ``device``, with earlier work already queued in front of it."""
     duration, backlog = durations(shape, seed)
-    async_work.prepare(device)
-    async_work.launch(backlog, device)
-    return (async_work.Workload(duration, device),)
+    async_device.prepare(device)
+    async_device.launch(backlog, device)
+    return (async_device.Workload(duration, device),)
 
 
 def reference(inputs: Inputs) -> float:
     """The true duration of one call: on a GPU measured between CUDA events, on a CPU the simulated one."""
     (workload,) = inputs
-    async_work.synchronize(workload.device)  # the earlier work is not part of the call
+    async_device.synchronize(workload.device)  # the earlier work is not part of the call
     if workload.device == "cpu":
         return workload.planned_ms
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

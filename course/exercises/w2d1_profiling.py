@@ -1,6 +1,6 @@
 """Week 2, Day 1: where a measured kernel sits on the roofline (two host functions, judged as data).
 
-Each input is one ``course.days.profiling.Measurement``: FLOPs, DRAM bytes, duration and the device's
+Each input is one ``course.exercises.kernel_measurement.Measurement``: FLOPs, DRAM bytes, duration and the device's
 two peaks, drawn from the seed over realistic ranges (DRAM bandwidth 0.3 to 8 TB/s, ridge points
 4 to 400 FLOP/byte, 64 MiB to 16 GiB of traffic). The shape is one number, the regime the record is
 drawn from: far below the ridge, far above it, just below (0.5% to 3%), just above, or a kernel
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import random
 
-from course.days.profiling import Measurement
+from course.exercises.kernel_measurement import Measurement
 from course.spec import TOLERANCES, Inputs, Shape, host_exercise, register
 
 LABELS = ("memory", "compute")
