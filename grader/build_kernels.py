@@ -37,6 +37,7 @@ JIT_NAMES = ("triton.jit", "jit")
 WRAPPER_NAMES = ("triton.autotune", "triton.heuristics", "autotune", "heuristics")
 JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline")
 MAX_KERNELS = 64
+ALTERNATIVES = 16  # a recorded call's autotuned alternatives read at most (course.recorder.alone.JUDGED per tuner)
 _SCALAR_TYPES = ("fp8e4nv|fp8e4b8|fp8e5|fp8e5b16|fp8e4b15|fp16|bf16|fp32|fp64|i1|i8|i16|i32|i64|u1|u8|u16|u32|u64")
 _SIGNATURE_KIND = re.compile(rf"(\*k?)?({_SCALAR_TYPES})|constexpr")
 
@@ -348,6 +349,16 @@ def specialisation(launch: dict[str, Any], kernel: Any) -> tuple[dict[str, str],
     return dict(signature), constexprs, attrs, dict(options)
 
 
+def recorded_launches(call: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The launches of a recorded call's plan and of its autotuned alternatives (``course.recorder.export``), which
+    the judge may time and pick from (``grader.config_choice``)."""
+    alternatives = call.get("alternatives")
+    plans = [call.get("plan"), *(a.get("plan") for a in alternatives[:ALTERNATIVES] if isinstance(a, dict))] \
+        if isinstance(alternatives, list) else [call.get("plan")]
+    for recorded in plans:
+        yield from (recorded or {}).get("launches", []) if isinstance(recorded, dict) else []
+
+
 def build(request: dict[str, Any]) -> dict[str, Any]:
     """Compile every recorded launch's kernel to TTGIR; the index maps launch_key -> TTGIR file or error."""
     import nbformat
@@ -368,7 +379,7 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
     index: dict[str, Any] = {}
     for entry in exported.get("kernels", {}).values():
         for call in entry.get("calls", {}).values():
-            for launch in (call.get("plan") or {}).get("launches", []):
+            for launch in recorded_launches(call):
                 if "cuda" in launch:
                     key = build_cuda.launch_key(launch)
                     if key not in index and len(index) < MAX_KERNELS:

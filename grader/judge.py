@@ -37,7 +37,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from grader import build_kernels, ir_rules, plan_checks, provenance, results
+from grader import build_kernels, config_choice, ir_rules, plan_checks, provenance, results
 
 MAX_ANSWER_BYTES = 16 * 2**20
 # The most characters of one verdict message: room for a shape, an error and a value, not for a file.
@@ -621,6 +621,10 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
         result = compare(spec, shape, result_out, reference, "cuda")
         return result.passed, result.message
 
+    def time_candidates(plans: list[Any], kernels_: Any, shape: tuple[int, ...], seed: int,
+                        limit: float | None) -> list[float | None]:
+        return [None] * len(plans) if broken else _time_candidates(spec, shape, plans, kernels_, seed, limit)
+
     for call in spec_job["calls"]:
         verdict = sets.setdefault(call["set"], {"passed": True, "messages": [], "provisional": False})
         shape = tuple(call["shape"])
@@ -642,17 +646,34 @@ def _judge_spec(spec: Any, spec_job: dict[str, Any], job: dict[str, Any], export
         recorded = calls.get(key) if isinstance(calls, dict) else None
         plan = recorded.get("plan") if isinstance(recorded, dict) else None
         seed = derive_seed(job["run_seed"], job["student"], spec.id, key)
+        limit = replay_limit(job, spec, shape)
+        if plan is not None and not broken:  # an autotuned kernel: the judge, not the run, picks its configuration
+            began = time.perf_counter()
+            plan, choice = config_choice.choose(
+                recorded, lambda p, at=shape, seed=seed: run_once(p, kernels, at, seed)[0],
+                lambda plans, at=shape, seed=seed, limit=limit: time_candidates(plans, kernels, at, seed, limit))
+            if choice:
+                row["configs"] = {**choice, "seconds": round(time.perf_counter() - began, 3)}
         passed, message = (run_once(plan, kernels, shape, seed) if plan is not None
                            else (False, f"{spec.shape_label(shape)}: {error or 'no launch plan was recorded'}"))
         if broken:
             row["error"] = message
             continue
-        reference_plan = (reference_calls.get(key) or {}).get("plan") if isinstance(reference_calls, dict) else None
+        reference_recorded = reference_calls.get(key) if isinstance(reference_calls, dict) else None
+        reference_plan = reference_recorded.get("plan") if isinstance(reference_recorded, dict) else None
         if reference_kernels is None:
             reference_plan = None
+        elif reference_plan is not None:
+            began = time.perf_counter()
+            reference_plan, choice = config_choice.choose(
+                reference_recorded, lambda _: True,
+                lambda plans, at=shape, seed=seed, limit=limit: time_candidates(plans, reference_kernels, at, seed + 3,
+                                                                                limit))
+            if choice:
+                row["reference_configs"] = {**choice, "seconds": round(time.perf_counter() - began, 3)}
         timing_began = time.perf_counter()
         timed, rounds = _time_row(spec, shape, plan if passed else None, kernels, reference_plan, reference_kernels,
-                                  seed, replay_limit(job, spec, shape))
+                                  seed, limit)
         # Rounds end once every spread is small (after 1 s) or at 6 s: a noisy GPU or host shows as long timings.
         row["timing"] = {"seconds": round(time.perf_counter() - timing_began, 3), "rounds": rounds}
         row["student_ms"], row["error"] = timed["student"] if passed else (None, f"not timed: {message}")
@@ -705,6 +726,26 @@ def _time_row(spec: Any, shape: tuple[int, ...], plan: Any, kernels: Any, refere
         else:
             timed[name] = timing.median_ms, None
     return timed, timings[-1].repeats
+
+
+def _time_candidates(spec: Any, shape: tuple[int, ...], plans: list[Any], kernels: Any, seed: int,
+                     limit: float | None) -> list[float | None]:
+    """Median ms of each of an autotuned kernel's candidate plans, timed in the same rounds with the GPU alone; None
+    for one that could not be replayed or returned a wrong result."""
+    from course import bench
+    from grader import replay
+
+    failures: list[list[str]] = [[] for _ in plans]
+    entries = [_plan_entry(spec, plan, kernels, shape, seed, limit, failed)
+               for plan, failed in zip(plans, failures, strict=True)]
+    try:
+        timings = bench.time_interleaved(entries, drop_on=(replay.Unreplayable, ValueError), warmup=1,
+                                         min_seconds=config_choice.TIMING_SECONDS[0],
+                                         max_seconds=config_choice.TIMING_SECONDS[1])
+    finally:
+        WATCH.step(spec.id, "timed", None)
+    return [None if isinstance(timing, Exception) or failed else timing.median_ms
+            for timing, failed in zip(timings, failures, strict=True)]
 
 
 def _plan_entry(spec: Any, plan: Any, kernels: Any, shape: tuple[int, ...], seed: int, limit: float | None,

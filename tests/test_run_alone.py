@@ -6,7 +6,6 @@ every few milliseconds; the asking one holds its GPU alone through the recorder'
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -186,39 +185,15 @@ def _fake_tuner(timings: dict[str, object]) -> types.SimpleNamespace:
                                  cache_results=True)
 
 
-def test_the_fastest_configurations_are_benchmarked_again_however_slow_the_shared_benchmark_read_them():
-    # "b" read 3x slower than "a" beside other runs (a pause at the gate inside its timing, say): it is retimed too.
+def test_the_candidates_are_the_run_s_fastest_first_however_slow_the_shared_benchmark_read_them():
+    # "b" read 3x slower than "a" beside other runs (a pause at the gate inside its timing, say): still a candidate.
     tuner = _fake_tuner({"c": [1.3, 1.2, 1.4], "a": [1.0, 0.9, 1.1], "d": 9.0, "b": [3.0, 2.9, 3.1]})
-    single = _fake_tuner({"a": 1.0})  # one configuration timed: its choice stands
     assert alone.candidates(tuner) == ["a", "c", "b", "d"] and alone.candidates(tuner, most=2) == ["a", "c"]
     assert alone.candidates(_fake_tuner({})) == []
-    with alone.choosing_again([tuner, single], most=3) as retuned:
-        assert retuned is True
-        assert tuner.configs == ["a", "c", "b"] and tuner.cache == {} and tuner.cache_results is False
-        assert single.configs == ["a"] and single.cache == {("k",): "x"}
-    assert tuner.configs == ["c", "a", "d", "b"]
-    with alone.choosing_again([single]) as retuned:
-        assert retuned is False
 
 
-@pytest.mark.parametrize("held", [False, True])
-def test_the_warm_up_s_choice_stands_unless_the_gpu_is_held_for_a_new_one(monkeypatch, held):
-    # Serial grading has no channel, and a run past its time alone is refused: forgetting the choice there made the
-    # recorded call autotune (hundreds of launches: not replayable, no speed marks; seen on an H100, RESULTS.md).
-    from course.recorder import export
-
+def test_forcing_a_configuration_leaves_the_tuner_s_list_and_choices_as_they_were():
     tuner = _fake_tuner({"a": 1.0, "b": 1.1})
-    calls = []
-
-    @contextlib.contextmanager
-    def given():
-        yield held
-
-    monkeypatch.setattr(alone, "gpu_alone", given)
-    monkeypatch.setattr(export.torch.cuda, "synchronize", lambda: None)
-    export._autotune_alone(lambda: calls.append((list(tuner.configs), dict(tuner.cache))), (), [tuner])
-    if held:
-        assert calls == [(["a", "b"], {})]  # chose again among its fastest, its old choice forgotten
-    else:
-        assert calls == [] and tuner.cache == {("k",): "x"} and tuner.cache_results is True
-    assert tuner.configs == ["a", "b"]
+    with alone.forcing(tuner, "b"):
+        assert tuner.configs == ["b"] and tuner.cache == {("k",): "x"}
+    assert tuner.configs == ["a", "b"] and tuner.cache == {("k",): "x"} and tuner.cache_results is True
