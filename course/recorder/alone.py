@@ -1,10 +1,11 @@
-"""The recorder's asks for the GPU alone (the grader's side is ``grader.run_alone``), and the autotuners' retune.
+"""The recorder's asks for the GPU alone (the grader's side is ``grader.run_alone``), and the autotuners' candidates.
 
 Where several notebooks' runs share a GPU, the grader gives a run that asks the GPU alone for a moment: the
 other runs are paused, this one goes on. The recorder asks around the only work of a run whose result depends
-on how busy the GPU is: a host exercise whose answer is a time measured on the GPU, and the autotuning behind a
-graded kernel's launches (the judge replays the configuration the autotuner picked). Outside a grading run
-(no channel in the environment) ``gpu_alone`` asks nothing.
+on how busy the GPU is: a host exercise whose answer is a time measured on the GPU. An autotuned kernel's choice
+is not made here: the recorder keeps one plan per candidate configuration, and the judge times them with the GPU
+held alone and grades the fastest (``grader.config_choice``). Outside a grading run (no channel in the environment)
+``gpu_alone`` asks nothing.
 """
 
 from __future__ import annotations
@@ -18,12 +19,10 @@ from typing import Any
 
 ENV = "COURSE_GPU_ALONE"  # set by the grader (grader.run_alone.ENV) to the folder holding the two FIFOs
 ANSWER_SECONDS = 600.0
-# Beside other runs a configuration's benchmark may read slow by any amount (other runs' kernels, or a pause at the
-# gate between the two events of one timing), so a window around the shared fastest can miss the true best: on two
-# H200s a 25% window kept an 8192^3 pick 8% slower than the best (bench/RESULTS.md in the course's online repository).
-# So this many of the fastest configurations of the shared benchmark are benchmarked again, alone: all of a usual list,
-# and a bound on the GPU time alone that a long list can take.
-RETIMED = 8
+# The judge times each candidate configuration of an autotuned kernel with the GPU held alone: at most this many
+# per autotuner and graded call, the fastest of the run's own (shared, so only a hint) benchmark first. Eight holds
+# every list in the course (Week 2 Day 7 declares 6 after pruning) and bounds a long list's GPU time alone.
+JUDGED = 8
 
 
 @contextlib.contextmanager
@@ -78,10 +77,8 @@ def forget_choices(tuners: list[Any]) -> None:
         tuner.cache_results = False  # not from the disk cache written while the GPU was shared
 
 
-def candidates(tuner: Any, most: int | None = None) -> list[Any]:
-    """The ``most`` (default RETIMED) fastest configurations of ``tuner``'s last benchmark, fastest first ([] if
-    it has none)."""
-    most = RETIMED if most is None else most
+def candidates(tuner: Any, most: int = JUDGED) -> list[Any]:
+    """The ``most`` fastest configurations of ``tuner``'s last benchmark, fastest first ([] if it has none)."""
     timings = getattr(tuner, "configs_timings", None) or {}
 
     def ms(timing: Any) -> float:  # a timing is a number, or (median, low, high) quantiles
@@ -91,20 +88,12 @@ def candidates(tuner: Any, most: int | None = None) -> list[Any]:
 
 
 @contextlib.contextmanager
-def choosing_again(tuners: list[Any], most: int | None = None) -> Iterator[bool]:
-    """Inside the block, each autotuner whose last benchmark timed more than one configuration chooses again among
-    its ``candidates`` at its next call; yields whether any will. Their full lists come back after the block (the
-    choice stays in each one's cache)."""
-    saved = [(tuner, tuner.configs) for tuner in tuners]
-    retuned = False
-    for tuner in tuners:
-        chosen_from = candidates(tuner, most)
-        if len(chosen_from) > 1:
-            forget_choices([tuner])
-            tuner.configs = chosen_from
-            retuned = True
+def forcing(tuner: Any, config: Any) -> Iterator[None]:
+    """Inside the block ``tuner`` runs ``config`` without benchmarking (an autotuner with one configuration uses
+    it); its list comes back after the block, and its cached choices were never touched."""
+    saved = tuner.configs
+    tuner.configs = [config]
     try:
-        yield retuned
+        yield
     finally:
-        for tuner, configs in saved:
-            tuner.configs = configs
+        tuner.configs = saved

@@ -70,20 +70,21 @@ def _call_host(fn: Any, inputs: tuple[Any, ...], arrays: Path, name: str) -> dic
         return {"error": f"the function raised {type(error).__name__}: {str(error)[:300]}"}
 
 
-def _autotune_alone(fn: Callable[..., Any], inputs: tuple[Any, ...], tuners: list[Any]) -> None:
-    """Have the autotuners choose again among their fastest configurations with the GPU held alone (where the
-    grader shares it among runs): the choice made while other runs used the GPU is what the judge replays and
-    times, and beside them it may not be the fastest configuration. Where the GPU is not given (one run at a time,
-    or the run's time alone is spent) the warm-up's choice stands: forgotten, the recorded call would autotune."""
-    if not any(len(alone.candidates(tuner)) > 1 for tuner in tuners):
-        return
-    with alone.gpu_alone() as held:
-        if not held:
-            return
-        with alone.choosing_again(tuners) as retuned:
-            if retuned:
-                fn(*inputs)
-                torch.cuda.synchronize()
+def _alternatives(fn: Callable[..., Any], inputs: tuple[Any, ...], tuners: list[Any]) -> list[dict[str, Any]]:
+    """One plan per candidate configuration of each autotuner that benchmarked more than one (the others keep the
+    run's choice), for the judge to time with the GPU held alone: the run's benchmark shared the GPU with other
+    runs, so its choice is only a hint ([] where no autotuner had a choice to make)."""
+    found = []
+    for tuner in tuners:
+        configs = alone.candidates(tuner)
+        if len(configs) < 2:
+            continue
+        picked = getattr(tuner, "best_config", None)
+        for config in configs:
+            with alone.forcing(tuner, config):
+                _, recorded = plan.record_call(fn, inputs)
+            found.append({"config": str(config)[:300], "run_picked": config is picked, "plan": recorded})
+    return found
 
 
 def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, arrays: Path) -> dict[str, Any]:
@@ -106,19 +107,24 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
         if job.get("warmup"):
             plan.install()  # its checks apply to the warm-up call too (e.g. descriptors past their tensor)
             warm = exercise.make_inputs(shape, int(call["seed"]), device)
-            # Only a benchmark call's plan is timed by the judge: there its autotuners' choice must be clean.
+            # Only a benchmark call's plan is timed by the judge: there it times every candidate configuration.
             tuners = alone.autotuners(namespace) if device == "cuda" and call["key"].startswith("bench-") else []
             alone.forget_choices(tuners)  # this shape's benchmarks, not an earlier call's, rank the candidates
             try:  # compiles and autotunes outside the recording, on inputs of its own
                 fn(*warm)
                 if device == "cuda":
                     torch.cuda.synchronize()
-                    _autotune_alone(fn, warm, tuners)
             except Exception:  # the recorded call reports the same failure
                 pass
             del warm
+        else:
+            tuners = []
         out, recorded = plan.record_call(fn, inputs)
-        calls[call["key"]] = {"plan": recorded, "seconds": time.perf_counter() - started}
+        calls[call["key"]] = {"plan": recorded}
+        alternatives = _alternatives(fn, inputs, tuners) if tuners and not recorded["problems"] else []
+        if alternatives:
+            calls[call["key"]]["alternatives"] = alternatives
+        calls[call["key"]]["seconds"] = time.perf_counter() - started
         del out, inputs
     return {"calls": calls}
 
