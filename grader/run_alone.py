@@ -1,11 +1,10 @@
 """A sandboxed run's requests to hold its GPU alone, for the few seconds where its own GPU work must be clean.
 
-Runs share their GPU and nothing they do is timed by the judge, but two things a run does measure the GPU
-themselves: Triton's autotuner picks the configuration whose benchmark was fastest (and the judge replays
-that choice), and Week 1 Day 2's graded answer is a time the student's code measures. Beside other runs, both
-come out worse than on a quiet GPU. So the recorder (``course.recorder.alone``) may ask, around exactly that
-work, for the GPU alone: the other runs on it are paused at the gate as for a judge's timing, and the asking
-run goes on.
+Runs share their GPU and nothing they do is timed by the judge, but a host exercise's graded answer may be a
+time the student's code measures (Week 1 Day 2's), which beside other runs comes out worse than on a quiet GPU.
+(An autotuner's pick is not such an answer: the judge times its candidates itself, ``grader.config_choice``.) So
+the recorder (``course.recorder.alone``) may ask, around exactly that work, for the GPU alone: the other runs on
+it are paused at the gate as for a judge's timing, and the asking run goes on.
 
 The request travels through two FIFOs in the run's scratch directory, opened here before the sandbox starts
 (so a run that replaces them only loses its own requests): a line ``alone`` or ``release`` on ``ask``, a byte on
