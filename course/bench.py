@@ -22,7 +22,7 @@ import torch
 from course import device, record
 from course.check import check_one, relative_error
 from course.guard import Guard, trusted
-from course.spec import ExerciseSpec, Shape, geometric_mean, get
+from course.spec import ExerciseSpec, Shape, ShapeTimes, geometric_mean, get
 
 NO_GPU = "not measured: no GPU"
 JUDGED = "measured by the grader's judge, outside this notebook"
@@ -305,6 +305,11 @@ class PerfReport:
     @property
     def geomean_vs_baseline(self) -> float:
         return geometric_mean([r.vs_baseline for r in self.rows])
+
+    def times(self) -> list[ShapeTimes]:
+        """Each shape's median times (a shape whose timed calls failed has no student time)."""
+        return [ShapeTimes(r.shape, r.work, r.student.median_ms if r.student and not r.error else None,
+                           r.baseline.median_ms if r.baseline else None) for r in self.rows]
 
     def table(self) -> str:
         if not self.measured:

@@ -32,16 +32,13 @@ def preview(report: bench.PerfReport, threshold_name: str) -> None:
     if not report.measured:
         print(f"{threshold.name}: pending a GPU run ({report.not_measured}); {threshold.description}")
         return
-    if threshold.kind == "absolute":
-        level, shown = report.geomean_gflops, f"{report.geomean_gflops:.0f} {spec.rate_unit}"
-    elif threshold.kind == "vs_baseline":
-        level, shown = report.geomean_vs_baseline, f"{report.geomean_vs_baseline:.0%} of {spec.baseline_name}"
-    else:
+    if threshold.kind == "vs_reference":
         print(f"{threshold.name}: measured by the grader against the reference solution; "
               f"{threshold.description}")
         return
-    print(f"{threshold.name}: {shown} -> about {threshold.score(level):g} of {threshold.points:g} points; "
-          f"{threshold.description}")
+    level = threshold.level(report.times())
+    print(f"{threshold.name}: {threshold.shown(level, spec.baseline_name)} -> about {threshold.score(level):g} of "
+          f"{threshold.points:g} points; {threshold.description}")
 
 
 def plot_report(report: bench.PerfReport) -> Figure | None:

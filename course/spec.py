@@ -38,6 +38,20 @@ LANGUAGES = ("triton", "cuda")  # what a "kernel" spec's kernels are written in
 THRESHOLD_KINDS = ("absolute", "vs_baseline", "vs_reference")
 
 
+_CREDIT_WORDS = {0.25: "a quarter", 0.5: "half", 0.75: "three quarters", 1.0: "all"}
+
+
+@dataclass(frozen=True)
+class ShapeTimes:
+    """One benchmark shape's median times in one run, in milliseconds (None where not measured)."""
+
+    shape: Shape
+    work: float  # FLOPs or bytes, as the spec's rate says
+    student_ms: float | None
+    library_ms: float | None = None
+    reference_ms: float | None = None
+
+
 @dataclass(frozen=True)
 class Threshold:
     """One performance item. ``bands`` maps a measured level to the fraction of ``points`` earned.
@@ -80,6 +94,46 @@ class Threshold:
         quantity = "speed" if self.unit == "GFLOP/s" else "bandwidth"
         versus = self.versus if self.kind == "vs_baseline" else "the reference solution"
         return f"{quantity} as a fraction of {versus}, same run; full points at {self.full_level * 100:g}%"
+
+    @property
+    def bands_text(self) -> str:
+        """Its precision and every band, as the grader's tables state them: "fp32; >=0.25: 25%, >=0.4: 50%"."""
+        unit = f" {self.unit}" if self.kind == "absolute" else ""
+        bands = ", ".join(f">={level:g}{unit}: {credit:.0%}" for level, credit in self.bands)
+        return f"{self.precision}; {bands}"
+
+    def steps_text(self, same_credits_as: Threshold | None = None) -> str:
+        """Its bands as a notebook's grading table states them: "at least 500 GFLOP/s", or "25%, 40%, 55%, 70%
+        earn a quarter, half, three quarters, all" ("earn the same steps" where ``same_credits_as`` has its credits)."""
+        if self.kind == "absolute" and len(self.bands) == 1:
+            return f"at least {self.full_level:g} {self.unit}"
+        unit = f" {self.unit}" if self.kind == "absolute" else ""
+        levels = ", ".join(f"{level:g}{unit}" if unit else f"{level * 100:g}%" for level, _ in self.bands)
+        if len(self.bands) == 1:
+            return f"full points at {levels}"
+        if same_credits_as is not None and [c for _, c in same_credits_as.bands] == [c for _, c in self.bands]:
+            return f"{levels} earn the same steps"
+        return f"{levels} earn {', '.join(_CREDIT_WORDS.get(c, f'{c:.0%}') for _, c in self.bands)}"
+
+    def level(self, shapes: Sequence[ShapeTimes]) -> float:
+        """The level a run reached: the geometric mean over the benchmark shapes of the rate ("absolute") or of the
+        per-shape speed ratio against the library or the reference solution. Raises LookupError where a ratio's
+        other side was not measured."""
+        if self.kind == "absolute":
+            return geometric_mean([rate(s.work, s.student_ms) for s in shapes])
+        library = self.kind == "vs_baseline"
+        missing = [s.shape for s in shapes if not (s.library_ms if library else s.reference_ms)]
+        if missing:
+            raise LookupError(f"the {'library baseline' if library else 'reference solution'} "
+                              f"was not measured for shapes {missing}")
+        return geometric_mean([(s.library_ms if library else s.reference_ms) / s.student_ms if s.student_ms else 0.0
+                               for s in shapes])
+
+    def shown(self, level: float, library_name: str) -> str:
+        """A measured level in words: "812 GFLOP/s", "0.74 of cuBLAS", "0.91 of the reference solution"."""
+        if self.kind == "absolute":
+            return f"{level:.0f} {self.unit}"
+        return f"{level:.2f} of {library_name if self.kind == 'vs_baseline' else 'the reference solution'}"
 
     def credit(self, level: float) -> float:
         """Fraction of the points earned at a measured level (0 below the lowest band)."""

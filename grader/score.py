@@ -14,7 +14,7 @@ from typing import Any
 from nbformat import NotebookNode
 from nbgrader.utils import is_grade, is_solution
 
-from course.spec import ExerciseSpec, Threshold, all_specs, for_notebook, geometric_mean, get, rate
+from course.spec import ExerciseSpec, ShapeTimes, Threshold, all_specs, for_notebook, get, rate
 from grader import results
 from grader.results import ItemResult
 
@@ -40,24 +40,10 @@ def test_cells(master: NotebookNode, specs: list[ExerciseSpec]) -> list[dict[str
             if not is_solution(c) and c.metadata.nbgrader["grade_id"] not in decided]
 
 
-def _describe(spec: ExerciseSpec, threshold: Threshold) -> str:
-    unit = f" {spec.rate_unit}" if threshold.kind == "absolute" else ""
-    bands = ", ".join(f">={level:g}{unit}: {credit:.0%}" for level, credit in threshold.bands)
-    return f"{threshold.precision}; {bands}"
-
-
-def _level(spec: ExerciseSpec, threshold: Threshold, rows: list[dict[str, Any]]) -> tuple[float, str]:
-    if threshold.kind == "absolute":
-        level = geometric_mean([rate(r["work"], r.get("student_ms")) for r in rows])
-        return level, f"{level:.0f} {spec.rate_unit}"
-    other = "baseline_ms" if threshold.kind == "vs_baseline" else "reference_ms"
-    missing = [r["shape"] for r in rows if not r.get(other)]
-    if missing:
-        raise LookupError(f"the {'library baseline' if other == 'baseline_ms' else 'reference solution'} "
-                          f"was not measured for shapes {missing}")
-    level = geometric_mean([r[other] / r["student_ms"] if r.get("student_ms") else 0.0 for r in rows])
-    name = spec.baseline_name if threshold.kind == "vs_baseline" else "the reference solution"
-    return level, f"{level:.2f} of {name}"
+def _times(rows: list[dict[str, Any]]) -> list[ShapeTimes]:
+    """The judge's benchmark rows as the spec's per-shape times (the judge names the library's "baseline_ms")."""
+    return [ShapeTimes(r["shape"], r["work"], r.get("student_ms"), r.get("baseline_ms"), r.get("reference_ms"))
+            for r in rows]
 
 
 def _performance(item: ItemResult, spec: ExerciseSpec, threshold: Threshold, kernel: dict[str, Any],
@@ -75,10 +61,11 @@ def _performance(item: ItemResult, spec: ExerciseSpec, threshold: Threshold, ker
         item.message = "performance counts only for a kernel that passes every correctness check"
         return
     try:
-        level, shown = _level(spec, threshold, rows)
+        level = threshold.level(_times(rows))
     except LookupError as error:
         item.status, item.message = results.NOT_RUN, str(error)
         return
+    shown = threshold.shown(level, spec.baseline_name)
     item.measured = shown
     item.score = threshold.score(level)
     credit = threshold.credit(level)
@@ -104,7 +91,7 @@ def items(notebook_key: str, master: NotebookNode, verdict: dict[str, Any] | Non
         if grade_id in perf:
             spec, threshold = perf[grade_id]
             item = ItemResult(grade_id, results.PERFORMANCE, 0.0, points, results.FAILED,
-                              threshold=_describe(spec, threshold))
+                              threshold=threshold.bands_text)
             kernel = kernels.get(spec.id)
             if kernel is None:
                 item.message = unjudged if on_gpu else "pending a GPU run"

@@ -117,3 +117,25 @@ def test_get_loads_the_specs_own_module_alone():
              "print(json.dumps(sorted(m for m in sys.modules if m.startswith('course.exercises.'))))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(done.stdout) == ["course.exercises.kernel_measurement", "course.exercises.w2d1_profiling"]
+
+
+def test_a_threshold_computes_its_level_from_the_runs_times():
+    times = [spec.ShapeTimes((8, 8, 8), 2e9, 2.0, library_ms=1.0, reference_ms=1.6),
+             spec.ShapeTimes((16, 8, 8), 8e9, 4.0, library_ms=4.0, reference_ms=2.0)]
+    assert SPEC.threshold("floor").level(times) == pytest.approx((1000 * 2000) ** 0.5)
+    assert SPEC.threshold("vs_cublas").level(times) == pytest.approx((0.5 * 1.0) ** 0.5)
+    assert SPEC.threshold("vs_reference").level(times) == pytest.approx((0.8 * 0.5) ** 0.5)
+    assert SPEC.threshold("vs_cublas").shown(0.7071, "cuBLAS") == "0.71 of cuBLAS"
+    assert SPEC.threshold("floor").shown(1414.2, "cuBLAS") == "1414 GFLOP/s"
+    unmeasured = [spec.ShapeTimes((8, 8, 8), 2e9, 2.0)]
+    with pytest.raises(LookupError, match="library baseline was not measured for shapes"):
+        SPEC.threshold("vs_cublas").level(unmeasured)
+
+
+def test_a_threshold_states_its_steps_in_one_wording():
+    vs_cublas, vs_reference = SPEC.threshold("vs_cublas"), SPEC.threshold("vs_reference")
+    assert vs_cublas.steps_text() == "25%, 40%, 55%, 70% earn a quarter, half, three quarters, all"
+    assert vs_reference.steps_text(vs_cublas) == "30%, 50%, 70%, 85% earn the same steps"
+    assert SPEC.threshold("floor").steps_text() == "at least 500 GFLOP/s"
+    assert vs_cublas.bands_text == ("fp32 (ieee) against cuBLAS SGEMM with TF32 off; "
+                                    ">=0.25: 25%, >=0.4: 50%, >=0.55: 75%, >=0.7: 100%")
