@@ -1,7 +1,7 @@
 """Nsight Compute on the kernels Week 2 has students profile, stored as one recorded reading (JSON).
 
-    python bench/ncu_own_kernels.py OUT.json [--notebook DAY7.ipynb] [--size 4096] [--gemm-size 8192]
-    python bench/ncu_own_kernels.py --child PLAN.json          (what ncu runs: one launch of each plan entry)
+    python -m bench w2-ncu-own-kernels OUT.json [--notebook DAY7.ipynb] [--size 4096] [--gemm-size 8192]
+    python -m bench w2-ncu-own-kernels --child PLAN.json (what ncu runs: one launch of each plan entry)
 
 The reading holds, for each kernel: duration, SM clock, DRAM bytes read and written, achieved FLOP/s, arithmetic
 intensity against DRAM, registers per thread, achieved occupancy and every stall reason (warp-cycles per issued
@@ -33,31 +33,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from bench import harness
+from bench.ncu_csv import export, largest, launch_fields, pick, read, stalls
+from course.days.own_kernel import notebook_code
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-from bench.ncu_csv import export, largest, pick, read, stalls  # noqa: E402
 
 SECTIONS = ("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats")
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum", "sm__cycles_elapsed.avg.per_second",
            "sm__sass_thread_inst_executed_op_ffma_pred_on.sum", "lts__t_sector_hit_rate.pct",
            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
            "sm__warps_active.avg.pct_of_peak_sustained_active", "smsp__issue_active.avg.pct_of_peak_sustained_active")
-# The notebook cells the student's kernel needs: parameters and setup, then any cell defining a kernel or `matmul`.
-W1D7_SETUP_CELLS = ("parameters", "setup")
 
 
 def notebook_matmul_source(path: Path) -> str:
     """The code of a Week 1 Day 7 notebook that defines its kernel and ``matmul``, parameters set for a GPU run."""
-    nb = json.loads(path.read_text(encoding="utf-8"))
-    cells = [(c["metadata"].get("nbgrader", {}).get("grade_id", ""), "".join(c["source"]))
-             for c in nb["cells"] if c["cell_type"] == "code"]
-    chosen = [source for grade_id, source in cells if grade_id in W1D7_SETUP_CELLS]
-    chosen += [source for grade_id, source in cells
-               if grade_id not in W1D7_SETUP_CELLS and ("@triton.jit" in source or "def matmul(" in source)]
-    if len(chosen) < 3:
-        raise ValueError(f"{path}: no parameters/setup cells or no kernel cell found")
-    return "\n\n".join(chosen) + "\n"
+    return notebook_code(path)
 
 
 def plan(notebook: Path, size: int, gemm_size: int) -> list[dict[str, Any]]:
@@ -76,8 +68,7 @@ def _launcher(entry: dict[str, Any]) -> Any:
         source = notebook_matmul_source(Path(entry["notebook"]))
         # Triton reads a kernel's source from its file: write the cells to one and import it.
         module_path = Path(tempfile.gettempdir()) / "ncu_own_w1d7_student.py"
-        module_path.write_text(source.replace('device = "auto"', 'device = "gpu"').replace(
-            "grading = False", "grading = True"), encoding="utf-8")
+        module_path.write_text(source, encoding="utf-8")
         import importlib.util
 
         spec = importlib.util.spec_from_file_location("ncu_own_w1d7_student", module_path)
@@ -102,13 +93,7 @@ def child(plan_path: Path) -> int:
         generator = torch.Generator(device="cuda").manual_seed(1)
         a = torch.randn(m, k, device="cuda", generator=generator).to(dtype)
         b = torch.randn(k, n, device="cuda", generator=generator).to(dtype)
-        for _ in range(2):
-            fn(a, b)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        out = fn(a, b)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+        out = harness.profiled_launch(fn, a, b)
         expected = a.float() @ b.float()
         error = float(torch.linalg.vector_norm(out.double() - expected) / torch.linalg.vector_norm(expected))
         print(f"{entry['name']}: profiled one launch at {m}x{n}x{k} {entry['dtype']}, relative error {error:.1e}",
@@ -142,10 +127,7 @@ def summarise(row: dict[str, str], entry: dict[str, Any]) -> dict[str, Any]:
         "tensor_pipe_active_pct": pick(row, "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
         "issue_active_pct": pick(row, "smsp__issue_active.avg.pct_of_peak_sustained_active"),
         "ffma_thread_instructions": pick(row, "sm__sass_thread_inst_executed_op_ffma_pred_on.sum"),
-        "registers_per_thread": pick(row, "launch__registers_per_thread"),
-        "shared_bytes_per_block": (pick(row, "launch__shared_mem_per_block_dynamic") or 0)
-        + (pick(row, "launch__shared_mem_per_block_static") or 0),
-        "achieved_occupancy_pct": pick(row, "sm__warps_active.avg.pct_of_peak_sustained_active"),
+        **launch_fields(row),
         "top_stalls_cycles_per_issue": largest(found, 4),
         "all_stalls_cycles_per_issue": found,
     }
@@ -187,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     command = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "-f", "-o", str(report)]
     for section in SECTIONS:
         command += ["--section", section]
-    command += ["--metrics", ",".join(METRICS), sys.executable, str(Path(__file__).resolve()), "--child",
+    command += ["--metrics", ",".join(METRICS), sys.executable, "-m", "bench.ncu_own_kernels", "--child",
                 str(plan_path)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout, cwd=REPO)
     print("\n".join((run.stdout + run.stderr).splitlines()[-(len(entries) + 8):]))
@@ -205,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         "driver": _text(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]),
         "ncu": _text(["ncu", "--version"]).splitlines()[-1:],
         "commit": args.commit or _text(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]) or "unknown",
-        "command": " ".join(["python3", "bench/ncu_own_kernels.py", *(argv if argv is not None else sys.argv[1:])]),
-        "ncu_command": " ".join(command[:-3] + ["python3", "bench/ncu_own_kernels.py", "--child", "PLAN.json"]),
+        "command": " ".join(["python", "-m", "bench", "w2-ncu-own-kernels",
+                             *(argv if argv is not None else sys.argv[1:])]),
+        "ncu_command": " ".join(command[:-5] + ["python", "-m", "bench.ncu_own_kernels", "--child", "PLAN.json"]),
         "notebook": str(notebook if args.notebook else "demo class: fast_correct/week1/day7_fast_matmul.ipynb"),
         "kernels": {entry["name"]: summarise(row, entry) for entry, row in zip(entries, rows, strict=True)},
     }

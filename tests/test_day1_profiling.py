@@ -202,3 +202,68 @@ def test_ncu_target_runs_on_a_gpu():
     from course.days import profiling_target
 
     profiling_target.run(steps=4, n=1 << 20, launches=2)
+
+
+def _ncu_number(text: object) -> float:
+    return float(str(text).replace(",", ""))
+
+
+def test_recorded_readings_equal_their_results_files():
+    # Every recorded value a notebook shows is the one in the results file it names.
+    import json
+    from pathlib import Path
+
+    from course.days import recorded_ncu
+
+    root = Path(__file__).resolve().parent.parent
+    w1d7 = json.loads((root / "bench/results/h100/2026-11-28-w1d7-fp32-dot-limit.json").read_text())["ncu_4096"]["ref"]
+    (reading,) = recorded_ncu.W1D7_REFERENCE_LAUNCH.readings
+    assert reading.time_s == pytest.approx(w1d7["time_ms"] * 1e-3)
+    assert reading.registers == w1d7["registers_per_thread"]
+    assert reading.occupancy_pct == w1d7["achieved_occupancy_pct"]
+    assert reading.stalls == {k: v for k, v in w1d7["all_stalls_cycles_per_issue"].items() if v}
+    assert reading.tflops == pytest.approx(w1d7["tflops"])
+    ncu = json.loads((root / recorded_ncu.W2D456).read_text())["ncu_8192"]
+    plans = ((recorded_ncu.W2D4_PIPELINED, ("Day 4 ref", "Day 4 best", "cuBLAS fp16 (Day 4: torch defaults)")),
+             (recorded_ncu.W2D7_TILE_ORDER, ("Day 6 fp16 best", "Day 4 best")))
+    for recorded, names in plans:
+        for reading, name in zip(recorded.readings, names, strict=True):
+            raw, table = ncu["raw_subset"][name], ncu["table"][name]
+
+            def pick(metric, raw=raw):
+                return _ncu_number(next(v for k, v in raw.items() if k.startswith(metric + " [")))
+
+            assert reading.time_s == pytest.approx(pick("gpu__time_duration.sum") * 1e-9), name
+            assert reading.dram_read_bytes == pick("dram__bytes_read.sum"), name
+            assert reading.dram_write_bytes == pick("dram__bytes_write.sum"), name
+            assert reading.registers == table["registers_per_thread"], name
+            assert reading.occupancy_pct == table["achieved_occupancy_pct"], name
+            assert reading.stalls == table["top_stalls_cycles_per_issue"], name
+            assert reading.tflops == pytest.approx(table["tflops"], rel=1e-6), name
+            variant = table.get("variant", "cuBLAS fp16").replace(" G8", "").removeprefix("ref ")
+            assert variant in (reading.label, "library"), name
+
+
+def test_own_kernel_reads_an_ncu_csv_into_readings(tmp_path, monkeypatch):
+    # profile_launches on a made-up ncu output: one labelled Reading per profiled launch, stalls by name.
+    import subprocess
+
+    from course.days import own_kernel
+
+    csv_text = "\n".join([
+        '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"',
+        '"0","k","gpu__time_duration.sum","second","0.002"',
+        '"0","k","dram__bytes_read.sum","byte","3e9"',
+        '"0","k","dram__bytes_write.sum","byte","1e9"',
+        '"0","k","launch__registers_per_thread","register/thread","96"',
+        f'"0","k","{own_kernel.STALL_PREFIX}barrier{own_kernel.STALL_SUFFIX}","","1.5"',
+        '"1","k","gpu__time_duration.sum","second","0.001"',
+    ])
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, csv_text, ""))
+    readings, problem = own_kernel.profile_launches("pass", ["a", "b"], [2e9, 1e9])
+    assert problem == ""
+    assert [r.label for r in readings] == ["a", "b"]
+    assert readings[0].tflops == pytest.approx(1.0) and readings[0].flop_per_dram_byte == pytest.approx(0.5)
+    assert readings[0].registers == 96 and readings[0].top_stalls() == {"barrier": 1.5}
+    readings, problem = own_kernel.profile_launches("pass", ["only one expected"], [1.0])
+    assert readings == [] and "2 launches, 1 expected" in problem

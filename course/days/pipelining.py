@@ -1,7 +1,8 @@
 """Software pipelining (Week 2, Day 4): a timeline model of a pipelined K loop, its picture, and the
 shared-memory side of ``num_stages`` (what the compiler allocates, and a clear message when it is too much).
 
-The model is the textbook one, in made-up time units: every iteration of the K loop loads one tile of
+The model is the textbook one, in whatever time unit its two durations are given in (Week 2 Day 4 uses
+nanoseconds derived from an H100's datasheet): every iteration of the K loop loads one tile of
 A and one of B (taking ``load_time`` from issue to arrival, with any number of loads in flight) and
 then multiplies them (taking ``compute_time`` on the tensor cores, one iteration at a time). With
 ``stages`` shared-memory buffers, the load of iteration ``k`` goes into buffer ``k % stages`` and is
@@ -71,7 +72,7 @@ def simulate(iterations: int, load_time: float, compute_time: float, stages: int
     return Schedule(stages, load_time, compute_time, tuple(loads), tuple(computes))
 
 
-def timeline(schedules: Sequence[Schedule], title: str = "") -> Figure:
+def timeline(schedules: Sequence[Schedule], title: str = "", unit: str = "units") -> Figure:
     """One panel per schedule: a row per shared-memory buffer (load in flight, tile waiting, tile in use)
     and a row for the tensor cores, whose gaps are time spent waiting for memory."""
     import matplotlib.pyplot as plt
@@ -102,10 +103,10 @@ def timeline(schedules: Sequence[Schedule], title: str = "") -> Figure:
         ax.set_xlim(0, end * 1.01)
         stage_word = "stage" if schedule.stages == 1 else "stages"
         ax.set_title(f"num_stages = {schedule.stages} {stage_word}: {len(schedule.computes)} iterations in "
-                     f"{schedule.total:g} units, tensor cores busy {schedule.busy_fraction:.0%} of the time",
+                     f"{schedule.total:g} {unit}, tensor cores busy {schedule.busy_fraction:.0%} of the time",
                      fontsize=9, loc="left")
         ax.grid(axis="x", alpha=0.3)
-    axes[-1, 0].set_xlabel("time (model units; hatched: a load in flight, solid: the tile being multiplied)")
+    axes[-1, 0].set_xlabel(f"time ({unit}; hatched: a load in flight, solid: the tile being multiplied)")
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
