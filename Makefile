@@ -124,7 +124,7 @@ check: setup
 
 # On a GPU: every reference solution timed by the judge beside its library, against its ceiling (build/bench/).
 bench: setup
-	$(PY) bench/references.py
+	$(PY) -m bench references
 
 clean:
 	rm -rf build .pytest_cache

@@ -1,6 +1,6 @@
 """GPU measurements quoted by the course (bench/RESULTS.md): run on a GPU machine, from the repo root.
 
-    python bench/gpu_measurements.py [--json results.json]
+    python -m bench ceilings [--json results.json]
 
 Measures the copy bandwidth and cuBLAS rates at 4096, checks course.bench against
 triton.testing.do_bench on torch.mm (fp16, 4096), and times the Day 7 reference kernel (taken
@@ -9,15 +9,12 @@ from the solution notebook) against cuBLAS fp32 over the exercise's benchmark sh
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 
 import torch
 import triton
 
-import course
+from bench import harness
 from course import bench
 from course.spec import get
 
@@ -60,22 +57,17 @@ def solution_matmul():
     return module.matmul
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    info = course.device.info()
-    if not info.has_gpu:
-        print("no GPU: nothing to measure", file=sys.stderr)
-        return 1
+def main(argv: list[str] | None = None) -> int:
+    args, info = harness.start(harness.parser(__doc__), argv)
+    if info is None:
+        return 0
     report = bench.measure(get("w1d7.matmul_fp32"), solution_matmul())
     results = {"device": info.describe(), "torch": torch.__version__, "triton": triton.__version__,
                "copy_gbps": copy_bandwidth(), "cublas_gflops_4096": cublas_rates(),
                "agreement": bench.agreement_with_do_bench(),
                "day7_reference": [{"shape": row.shape, "gflops": row.student_gflops, "ratio": row.vs_baseline,
                                    "cublas_gflops": row.baseline_gflops, "error": row.error} for row in report.rows]}
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+    harness.write_json(args.json, results)
     print(info.describe())
     print(f"device-to-device copy: {results['copy_gbps']:.0f} GB/s (read + write)")
     for label, rate in results["cublas_gflops_4096"].items():

@@ -1,6 +1,6 @@
 """Week 1 Day 5's copy at aligned and odd lengths: one masked launch against whole blocks plus a tail launch.
 
-    python bench/copy_lengths.py [--json FILE] [--sweep]
+    python -m bench w1d5-copy-lengths [--json FILE] [--sweep]
 
 Both wrappers launch the same kernel (the course's masked copy). The first covers the whole length in one
 launch; the second launches the whole blocks with a length that is a multiple of the block (so Triton
@@ -13,20 +13,19 @@ exits 0.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
+import torch
+import triton
+import triton.language as tl
+
+from bench import harness
+from bench.harness import gpu_or_say_so, parser
+from course import bench
+from course import spec as specs
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
-from course import bench  # noqa: E402
-from course import spec as specs  # noqa: E402
 
 BLOCK, WARPS = 4096, 16  # the reference's launch (8 warps until 2026-11-28)
 SWEEP = ((4096, 8), (4096, 4), (4096, 16), (2048, 4), (8192, 8), (8192, 16), (16384, 16), (16384, 32))
@@ -88,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep:
         print(f"{info.name}: whole blocks then the tail, GB/s over torch's copy, timed in the same rounds")
         found = sweep(copy)
-        if args.json:
-            args.json.write_text(json.dumps({"device": info.name, "sweep": found}, indent=1), encoding="utf-8")
+        harness.write_json(args.json, {"device": info.name, "sweep": found})
         return 0
     rows = []
     for (n,) in copy.bench_shapes.gpu:
@@ -107,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         lib, one, split = r["torch_copy_gbps"], r["one_launch_gbps"], r["whole_blocks_then_tail_gbps"]
         print(f"{r['n']:>12} {one:>11,.0f} {one / lib:>6.3f} {split:>12,.0f} {split / lib:>6.3f} {lib:>11,.0f}")
-    if args.json:
-        args.json.write_text(json.dumps({"device": info.name, "rows": rows}, indent=1), encoding="utf-8")
+    harness.write_json(args.json, {"device": info.name, "rows": rows})
     return 0
 
 

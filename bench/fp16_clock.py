@@ -1,6 +1,6 @@
 """What holds Week 2 Day 7's fp16 GEMM, and cuBLAS's, below the datasheet peak at 8192^3: the SM clock under load.
 
-    python bench/fp16_clock.py [--json FILE] [--seconds S]
+    python -m bench w2d7-fp16-clock [--json FILE] [--seconds S]
 
 The fp16 datasheet peak of an H100 or H200 SXM (989.4 TFLOP/s dense, ``course.peaks``) is 132 SMs x 4,096
 FLOP a clock x 1,830 MHz. Both GPUs clock up to 1,980 MHz, and lower their clock when a kernel draws their
@@ -17,23 +17,22 @@ GPU only; on a CPU it says so and exits 0.
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from bench import harness
+from bench.gemm_fp16_sweep import load_notebook
+from bench.harness import gpu_or_say_so, parser
+from course import bench, peaks
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-
-from bench.gemm_fp16_sweep import load_notebook  # noqa: E402
-from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
-from course import bench, peaks  # noqa: E402
 
 SIZE = 8192
 FLOP_PER_CLOCK_PER_SM = 4096  # dense fp16 tensor-core FLOP an SM does a clock on Hopper: 989.4e12 / (132 * 1.83e9)
@@ -112,9 +111,7 @@ def main() -> int:
               f"{r['loop_tflops']:>8.0f}{r['sm_mhz'] or 0:>9.0f}{r['power_w'] or 0:>5.0f}"
               f"{(r['power_cap_share'] or 0):>10.0%}{judge_mhz or 0:>10.0f}{peak or 0:>11.0f}"
               f"{(r['judge_tflops'] / peak if peak else 0):>6.0%}")
-    if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "size": SIZE, "sms": sms,
-                                         "rows": rows}, indent=1))
+    harness.write_json(args.json, {"device": torch.cuda.get_device_name(), "size": SIZE, "sms": sms, "rows": rows})
     return 0
 
 

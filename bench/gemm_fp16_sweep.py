@@ -1,6 +1,6 @@
 """Time the Week 2 Day 7 reference GEMM over tile configurations against cuBLAS fp16 (run on a GPU).
 
-    python bench/gemm_fp16_sweep.py [--budget SECONDS] [--variants graded,tma,plain,plain_one_tile,...]
+    python -m bench w2d7-fp16-tiles [--budget SECONDS] [--variants graded,tma,plain,plain_one_tile,...]
 
 The kernels come from the solution notebook's cells, so this times exactly what the course grades
 with. For each benchmark shape of ``w2d7.matmul_fp16`` it times cuBLAS fp16 (the spec's baseline),
@@ -282,5 +282,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
     raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Grade one batch of demo-student copies through the pipeline on one GPU and then on several, and compare.
 
-    python bench/gpu_scaling.py --copies 3 [--notebooks week1/day7_fast_matmul,week2/day7_optimized_gemm]
+    python -m bench gpu-scaling --copies 3 [--notebooks week1/day7_fast_matmul,week2/day7_optimized_gemm]
         [--gpu-sets 0 0,1] [--work build/scaling] [--json out.json] [--references-first [--keep-references]]
         [--reuse]
 
@@ -26,17 +26,16 @@ import json
 import shutil
 import statistics
 import subprocess
-import sys
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # this checkout's grader and bench, not an installed copy
+from bench import grading_throughput as gt
+from bench import throughput as tp
 
-from bench import grading_throughput as gt  # noqa: E402
-from bench import throughput as tp  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
+
 
 W2D7 = "week2/day7_optimized_gemm"
 SPEED_UP_TARGET = 1.8

@@ -1,6 +1,6 @@
 """Which work queued before each timed call keeps the timings independent of how fast the host loops?
 
-    python bench/heater_duty.py [--json FILE] [--seconds S]
+    python -m bench timing-fillers [--json FILE] [--seconds S]
 
 A study on an H200 (2026-11-28) found that ``course.bench``'s heater of then (about 0.5 ms of fp16 matmuls before each
 timed call) holds an H200 near its power limit, so how much of each round the host spends between calls sets the SM
@@ -24,22 +24,21 @@ order, so a drift of the GPU over the run shows. GPU only; on a CPU it says so a
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
+from bench import harness
+from bench.harness import gpu_or_say_so, parser
+from course import bench
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-
-from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
-from course import bench  # noqa: E402
 
 FILL_MS = 0.5
 PACES_MS = (0.0, 0.5, 2.0)
@@ -176,10 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                   for q in (0.0, 2.0)}
             cells.append(f"{name} {at[2.0] / at[0.0]:.3f} / {at[0.0] / do_bench[name]:.3f}")
         print(f"{filler:<16} " + "  ".join(cells))
-    if args.json:
-        args.json.write_text(json.dumps({"device": info.name, "heater_repeats": matmuls.repeats,
-                                         "spin_cycles": spin.cycles, "runs": runs, "do_bench": do_bench,
-                                         "do_bench_clock": clock}, indent=1), encoding="utf-8")
+    harness.write_json(args.json, {"device": info.name, "heater_repeats": matmuls.repeats, "spin_cycles": spin.cycles,
+                                   "runs": runs, "do_bench": do_bench, "do_bench_clock": clock})
     return 0
 
 

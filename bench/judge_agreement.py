@@ -1,6 +1,6 @@
 """Does the judge time the reference solution as the notebook's own harness does? (GPU only)
 
-    PYTHONPATH=. python3 bench/judge_agreement.py [OUT.json]
+    PYTHONPATH=. python -m bench judge-agreement [OUT.json]
 
 Defines the Week 1 Day 7 reference kernel from the solution notebook, then, in alternating rounds,
 times it with ``course.bench.measure`` (the notebook's benchmark, the harness before the judge) and

@@ -49,6 +49,16 @@ def stalls(row: dict[str, str]) -> dict[str, float]:
     return found
 
 
+def launch_fields(row: dict[str, str]) -> dict[str, float | None]:
+    """What a kernel's launch holds and reaches: registers a thread, shared bytes a block, achieved occupancy."""
+    return {
+        "registers_per_thread": pick(row, "launch__registers_per_thread"),
+        "shared_bytes_per_block": (pick(row, "launch__shared_mem_per_block_dynamic") or 0)
+        + (pick(row, "launch__shared_mem_per_block_static") or 0),
+        "achieved_occupancy_pct": pick(row, "sm__warps_active.avg.pct_of_peak_sustained_active"),
+    }
+
+
 def largest(values: dict[str, float], count: int = 3) -> dict[str, float]:
     return dict(sorted(values.items(), key=lambda item: -item[1])[:count])
 

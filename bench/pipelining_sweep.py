@@ -1,7 +1,7 @@
 """Week 2 Day 4 on a GPU: how num_stages moves the speed of the course's fp16 matmul. Run from the repo root:
 
-    python bench/pipelining_sweep.py            # about a minute on an H100; JSON to $OUT/pipelining_sweep.json
-    python bench/pipelining_sweep.py --dry-run  # no GPU: every configuration on a tiny shape in the interpreter
+    python -m bench w2d4-stages            # about a minute on an H100; JSON to $OUT/pipelining_sweep.json
+    python -m bench w2d4-stages --dry-run  # no GPU: every configuration on a tiny shape in the interpreter
 
 What it measures, each with the course's harness (course.bench.time_calls: L2 flushed and the device
 synchronised before every call, CUDA events, median of the repeats):
@@ -34,20 +34,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+import torch
+import triton
+from triton.runtime.errors import OutOfResources
 
 # course first: it sets TRITON_INTERPRET (no GPU) before triton.language defines its own jit functions.
-import course  # noqa: E402, I001
-import torch  # noqa: E402
-import triton  # noqa: E402
-from triton.runtime.errors import OutOfResources  # noqa: E402
+import course
+from course import bench
+from course.days import pipelining
+from course.exercises.w2d4_pipelining import MATMUL, SMEM
+from course.spec import geometric_mean
 
-from course import bench  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
-from course.days import pipelining  # noqa: E402
-from course.exercises.w2d4_pipelining import MATMUL, SMEM  # noqa: E402
-from course.spec import geometric_mean  # noqa: E402
 
 REFERENCE_TILE = (128, 128, 64, 8)  # BLOCK_M, BLOCK_N, BLOCK_K, num_warps: the solution's and the notebook's sweep
 MAIN_STAGES = (1, 2, 3, 4, 5)

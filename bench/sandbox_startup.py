@@ -1,7 +1,7 @@
 """What starting one sandbox costs: the seconds from starting a sandboxed Python to its exit, for a bare interpreter
 and for the imports a notebook's run begins with, and the one-off cost of building the wall tree.
 
-    python bench/sandbox_startup.py [--repeats 15] [--json FILE]
+    python -m bench sandbox-startup [--repeats 15] [--json FILE]
 
 Runs on whichever checkout is first on PYTHONPATH, so the same script times an older grader's sandbox too (run it
 with ``python -P`` from that checkout). CPU-only work: no GPU is bound.

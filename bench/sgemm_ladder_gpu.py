@@ -2,7 +2,7 @@
 
 Run on a GPU machine with CuPy, from the repository root:
 
-    python bench/sgemm_ladder_gpu.py [--no-sweep] [--out DIR]      (DIR: $OUT, else build/sgemm-ladder)
+    python -m bench sgemm-ladder [--no-sweep] [--out DIR]      (DIR: $OUT, else build/sgemm-ladder)
 
 1. Builds the solution notebook's wrappers and kernels, one a rung (its setup, ``operands``, answer and Triton
    cells, executed as a module) and prints each module's NVRTC compile time, and, from the cubin NVRTC
@@ -32,25 +32,24 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import nbformat
+import numpy as np
+import torch
+
+import course
+import course.cuda
+from course import bench
+from course.exercises.matmul_fp32 import cublas_fp32
+from course.exercises.w2_sgemm_ladder import VERSIONS
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import nbformat  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-import course  # noqa: E402
-import course.cuda  # noqa: E402
-from course import bench  # noqa: E402
-from course.exercises.matmul_fp32 import cublas_fp32  # noqa: E402
-from course.exercises.w2_sgemm_ladder import VERSIONS  # noqa: E402
 
 NOTEBOOK = REPO / "solutions" / "week2" / "bonus_sgemm_ladder.ipynb"
 CHECK_SHAPES = ((1, 1, 1), (127, 129, 131), (1000, 1030, 515), (4097, 4095, 1023), (5, 3001, 2))

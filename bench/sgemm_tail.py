@@ -2,7 +2,7 @@
 
 Run on a GPU machine with CuPy, from the repository root:
 
-    python bench/sgemm_tail.py [--json FILE]
+    python -m bench sgemm-tail [--json FILE]
 
 Each notebook source is compiled with two lines added: thread 0 of every block writes its SM (``%smid``)
 and the global timer at the block's start and, after a last barrier, at its end. The script then says how
@@ -12,19 +12,18 @@ the 384 blocks were spread: how many SMs ran two blocks at once, when the blocks
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from bench import harness
+from bench.harness import gpu_or_say_so, parser
+from bench.sgemm_ladder_gpu import sources
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-
-from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
-from bench.sgemm_ladder_gpu import sources  # noqa: E402
 
 SHAPE = (3000, 2000, 1500)
 TRACE = r"""
@@ -121,9 +120,8 @@ def main() -> int:
         print(f"{label:>18}{s['started_before_first_end']:>12}{s['tail_blocks']:>6}{s['tail_sms']:>9}"
               f"{s['tail_sms_with_two_or_more']:>7}{s['first_wave_block_us']:>15.0f}{tail_block:>11}{starts:>16}"
               f"{s['last_end_us']:>8.0f}")
-    if args.json:
-        args.json.write_text(json.dumps({"device": torch.cuda.get_device_name(), "shape": SHAPE, "summary": found,
-                                         "blocks": runs}, indent=1))
+    harness.write_json(args.json, {"device": torch.cuda.get_device_name(), "shape": SHAPE, "summary": found,
+                                   "blocks": runs})
     return 0
 
 

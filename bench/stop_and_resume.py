@@ -1,7 +1,7 @@
 """A grading stopped by a signal mid-class, then run again: what it leaves, and what the second run regrades.
 
-    python bench/stop_and_resume.py --out build/stop --device cpu            # 3 copies of the Day 1 solution
-    python bench/stop_and_resume.py --out build/stop --device gpu --demo week1/day1_host_baseline \\
+    python -m bench stop-and-resume --out build/stop --device cpu            # 3 copies of the Day 1 solution
+    python -m bench stop-and-resume --out build/stop --device gpu --demo week1/day1_host_baseline \\
         --demo week1/day4_first_triton_kernel --after 2                      # the demo students of those notebooks
 
 Three ``python -m grader grade`` runs of one class, same seed, each its scratch folders under OUT/<run>/tmp: one
@@ -29,11 +29,11 @@ from pathlib import Path
 
 import psutil
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the grader's modules, run as a script from anywhere
+from grader import demo, out_lock
+from grader.layout import SOLUTIONS
 
-from grader import demo, out_lock  # noqa: E402
-from grader.layout import SOLUTIONS  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
+
 
 PROGRESS = re.compile(r"^\d+/\d+ (\S+): (\w+) ")
 

@@ -1,6 +1,6 @@
 """Week 2 Day 6 measurements (tensor cores): run on a GPU machine, from the repository root.
 
-    python bench/tensor_core_formats.py          # about 2 minutes on an H100; JSON to $OUT (or the current folder)
+    python -m bench w2d6-tensor-core-formats          # about 2 minutes on an H100; JSON to $OUT (or the current folder)
 
 Takes the solution notebook's kernel (``matmul_kernel``, ``launch_matmul``, ``tiles_for``) and measures:
 

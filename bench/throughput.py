@@ -7,16 +7,20 @@ The projection model (stated again in the script's output), from each notebook's
 - E: seconds its judge held the GPU alone ("gpu_exclusive", drain included; where no result of a measurement
   recorded it, the judge's whole wall time "judge", an upper bound), plus the seconds its run held it alone to
   autotune or measure ("gpu_alone", grader.run_alone). Per GPU the exclusive holds are serial.
-- R: its run's wall time ("notebook", frozen time included): at most ``runs_per_gpu`` runs share a GPU (the
+- R: its run's wall time, the sandbox's running seconds ("notebook", which leave its frozen time out) plus its
+  frozen seconds ("frozen": a paused run still takes its slot): at most ``runs_per_gpu`` runs share a GPU (the
   grader's --runs); runs are paused while a judge holds their GPU, and their shared use of the GPU is assumed
   not to be the bottleneck (it is not measured).
 - B: its build's wall time ("build" + "compile" + "replay"): at most ``builds_per_gpu`` at once per GPU (--builds).
-- C: its CPU core-seconds: the run less its frozen time, the build, the TTGIR compile, the CPU replay and the
-  judge less its wait for the GPU gate ("gpu_wait", inside the judge's wall time), each stage holding
+- C: its CPU core-seconds: the run's running seconds (frozen time is already left out of "notebook"), the
+  build, the TTGIR compile, the CPU replay and the judge less its wait for the GPU gate ("gpu_wait", inside the
+  judge's wall time), each stage holding
   ``cores_per_stage`` cores while it runs; a GPU's share of the host's cores is the host's cores over its GPUs.
-- A class's wall time on G GPUs is the largest of four bounds, each summed over the class's notebooks:
+- A class's wall time on G GPUs is a ramp plus the largest of four bounds, each summed over the class's notebooks:
   GPU  sum(E) / G;  CPU  sum(C) x cores_per_stage / (cores per GPU x G);  runs  sum(R) / (runs_per_gpu x G);
-  builds  sum(B) / (builds_per_gpu x G). Throughput is notebooks over that wall time.
+  builds  sum(B) / (builds_per_gpu x G). The ramp is the measured time from the start to a GPU's first hold
+  (the reference solutions' runs, a first student's run and build: latency no bound counts), the longest of
+  the measured batches'. Throughput is notebooks over that wall time.
 - Not modelled: the reference solutions' runs (once per notebook and OUT), start-up, and for Slurm the tasks'
   queueing and start and the gathering of results.
 """
@@ -291,9 +295,13 @@ class NotebookCost:
 
 
 def cpu_seconds(record: Record) -> float:
-    """C of one notebook: its run less its frozen time, build, compile, replay, and judge less its gpu_wait."""
-    spent = sum(record.timings.get(s, 0.0) for s in CPU_STAGES)
-    return spent - record.timings.get("frozen", 0.0) - record.timings.get("gpu_wait", 0.0)
+    """C of one notebook: its run's running seconds, build, compile, replay, and judge less its gpu_wait."""
+    return sum(record.timings.get(s, 0.0) for s in CPU_STAGES) - record.timings.get("gpu_wait", 0.0)
+
+
+def run_seconds(record: Record) -> float:
+    """R of one notebook: its run's running seconds and the seconds it was frozen, its slot held throughout."""
+    return record.timings.get("notebook", 0.0) + record.timings.get("frozen", 0.0)
 
 
 def build_seconds(record: Record) -> float:
@@ -317,7 +325,7 @@ def notebook_costs(records: Sequence[Record], source: str) -> dict[str, Notebook
         held = statistics.fmean(r.timings.get(stage, 0.0) + r.timings.get("gpu_alone", 0.0) for r in group)
         costs[notebook] = NotebookCost(notebook, held,
                                        statistics.fmean(cpu_seconds(r) for r in group),
-                                       statistics.fmean(r.timings.get("notebook", 0.0) for r in group),
+                                       statistics.fmean(run_seconds(r) for r in group),
                                        statistics.fmean(build_seconds(r) for r in group), len(group), source, stage,
                                        ", ".join(sorted({r.device for r in group if r.device})))
     return costs
@@ -363,10 +371,11 @@ class Projection:
     students: int
     notebooks: int
     bounds: dict[str, float]  # "GPU", "CPU", "runs", "builds" -> the class's seconds under that bound alone
+    ramp: float = 0.0  # seconds before the first hold of a GPU, which no bound counts
 
     @property
     def wall_seconds(self) -> float:
-        return max(self.bounds.values())
+        return self.ramp + max(self.bounds.values())
 
     @property
     def bound(self) -> str:
@@ -386,19 +395,26 @@ def model_bounds(exclusive: float, cpu: float, run: float, build: float, machine
 
 
 def project(costs: dict[str, NotebookCost], students: int, machine: Machine,
-            cores_per_stage: float = 1.0) -> Projection:
+            cores_per_stage: float = 1.0, ramp: float = 0.0) -> Projection:
     """The wall time of ``students`` x the notebooks in ``costs`` on ``machine`` (the model in this module's
     docstring)."""
     totals = [students * sum(getattr(c, part) for c in costs.values()) for part in COST_PARTS]
-    return Projection(machine, students, len(costs), model_bounds(*totals, machine, cores_per_stage))
+    return Projection(machine, students, len(costs), model_bounds(*totals, machine, cores_per_stage), ramp)
 
 
-def batch_model_seconds(records: Sequence[Record], machine: Machine, cores_per_stage: float = 1.0) -> float:
-    """What the model says a measured batch should take (to set beside its measured wall time)."""
+def batch_model(records: Sequence[Record], machine: Machine, cores_per_stage: float = 1.0,
+                ramp: float = 0.0) -> Projection:
+    """What the model says a measured batch should take (to set beside its measured wall time), with its bounds."""
     stage = exclusive_stage(records)
-    totals = (sum(r.timings.get(stage, 0.0) for r in records), sum(cpu_seconds(r) for r in records),
-              sum(r.timings.get("notebook", 0.0) for r in records), sum(build_seconds(r) for r in records))
-    return max(model_bounds(*totals, machine, cores_per_stage).values())
+    totals = (sum(r.timings.get(stage, 0.0) + r.timings.get("gpu_alone", 0.0) for r in records),
+              sum(cpu_seconds(r) for r in records), sum(run_seconds(r) for r in records),
+              sum(build_seconds(r) for r in records))
+    return Projection(machine, 1, len(records), model_bounds(*totals, machine, cores_per_stage), ramp)
+
+
+def ramp_seconds(schedule: dict[str, Any] | None) -> float:
+    """A batch's ramp: the longest time from the start of its schedule to a GPU's first hold (0 without one)."""
+    return max((p.ramp for p in gpu_periods(schedule)), default=0.0)
 
 
 IDLE_CAUSES = ("judge preparing", "notebooks waiting for a judge", "runs and builds only", "nothing")

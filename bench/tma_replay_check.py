@@ -1,6 +1,6 @@
 """Do kernels that take tensor descriptors (TMA) survive the judge's record, build and replay? (GPU only)
 
-    PYTHONPATH=. python3 bench/tma_replay_check.py [OUT_DIR]
+    PYTHONPATH=. python -m bench w2d5-tma-replay [OUT_DIR]
 
 Run on a GPU of compute capability 9.0 or newer. This process defines the Week 2 Day 5 reference
 solution from the solution notebook (its wrapper takes TMA where the matrices can be described and

@@ -1,6 +1,6 @@
 """Week 2 Day 2's Triton transpose on odd shapes: how close can it get to torch's copy at 5003 x 12007?
 
-    python bench/transpose_odd_w2d2.py [--json FILE] [--ncu] [--all]
+    python -m bench w2d2-odd-transpose [--json FILE] [--ncu] [--all]
 
 At 5003 x 12007 neither the input's rows (12007 floats) nor the output's (5003) start on 16-byte boundaries, so
 Triton, which cannot prove any alignment, issues 4-byte loads and stores everywhere, and every mask is checked per
@@ -26,22 +26,18 @@ Compute). GPU only; on a CPU it says so and exits 0.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+import triton
+import triton.language as tl
+
+from bench import against_copy, harness
+from course import spec as specs
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
-from course import bench  # noqa: E402
-from course import spec as specs  # noqa: E402
-from course.spec import geometric_mean  # noqa: E402
 
 # The spec's visible and hidden GPU shapes with odd sides (its aligned ones are checked at the benchmark shapes).
 CHECK_SHAPES = [(1000, 3001), (1, 4097), (4097, 1023), (3, 70001), (65537, 2), (127, 129), (509, 2039)]
@@ -196,12 +192,6 @@ def tile_copier(block_m: int, block_n: int, warps: int):
     return copy
 
 
-def torch_transpose(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    if out is None:
-        return x.t().contiguous()
-    return out.copy_(x.t())
-
-
 def earlier_variants() -> list[tuple[str, Callable, bool]]:
     """With --all: runs 1-3's other variants and the limits without a transpose (on the H100, 2026-11-28)."""
     return [
@@ -210,7 +200,7 @@ def earlier_variants() -> list[tuple[str, Callable, bool]]:
         ("limit: 2-D copy 64x64", tile_copier(64, 64, 4), False),
         ("limit: flat copy, 16-byte body", flat_copier(4096, True), False),
         ("limit: flat copy, masked", flat_copier(4096, False), False),
-        ("torch x.t().contiguous()", torch_transpose, True),
+        ("torch x.t().contiguous()", against_copy.torch_transpose, True),
     ]
 
 
@@ -234,76 +224,18 @@ def variants() -> list[tuple[str, Callable, bool]]:
     return found
 
 
-def exact(fn: Callable, is_transpose: bool, x: torch.Tensor) -> bool:
-    shape = (x.shape[1], x.shape[0]) if is_transpose else tuple(x.shape)
-    out = torch.full(shape, float("nan"), device=x.device)
-    fn(x, out)
-    return bool(torch.equal(out, x.t() if is_transpose else x))
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = parser(__doc__)
-    p.add_argument("--ncu", action="store_true", help="launch each variant once at the odd shape, then exit")
-    p.add_argument("--all", action="store_true", help="also runs 1-3's other variants and the copy limits")
-    args = p.parse_args(argv)
-    info = gpu_or_say_so()
+    p = against_copy.parser(__doc__)
+    args, info = harness.start(p, argv)
     if info is None:
         return 0
     spec = specs.get("w2d2.transpose")
     shapes = list(spec.bench_shapes.gpu)
     functions = variants() + (earlier_variants() if args.all else [])
     if args.ncu:
-        x = torch.randn(shapes[-1], device="cuda")
-        for name, fn, _ in functions:
-            fn(x)  # one kernel launch each (Triton compiles before launching)
-            torch.cuda.synchronize()
-            print(f"ncu launch: {name}", flush=True)
-        x.clone()
-        torch.cuda.synchronize()
-        print("ncu launch: torch copy (clone)", flush=True)
+        against_copy.ncu_launches(functions, torch.randn(shapes[-1], device="cuda"))
         return 0
-    broken: dict[str, str] = {}
-    torch.manual_seed(0)
-    for name, fn, is_t in functions:
-        try:
-            for shape in CHECK_SHAPES:
-                if not exact(fn, is_t, torch.randn(shape, device="cuda")):
-                    broken[name] = f"wrong at {shape}"
-                    break
-        except Exception as error:  # a variant that does not compile here is reported, the rest go on
-            broken[name] = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"[:200]
-    live = [(name, fn, is_t) for name, fn, is_t in functions if name not in broken]
-    ratios: dict[str, dict[str, float]] = {name: {} for name, _, _ in live}
-    rates: dict[str, dict[str, float]] = {name: {} for name, _, _ in live}
-    rates["torch copy"] = {}
-    for shape in shapes:
-        key = "x".join(map(str, shape))
-        x = torch.randn(shape, device="cuda")
-        for name, fn, is_t in live:
-            if not exact(fn, is_t, x):
-                broken[name] = f"wrong at {shape}"
-        timings = bench.time_interleaved([bench.Timed(fn, args=(x,)) for _, fn, _ in live]
-                                         + [bench.Timed(torch.Tensor.clone, args=(x,))])
-        nbytes = 2 * x.numel() * x.element_size()
-        copy_ms = timings[-1].median_ms
-        rates["torch copy"][key] = bench.gbps(nbytes, copy_ms)
-        for (name, _, _), timing in zip(live, timings[:-1], strict=True):
-            ratios[name][key] = copy_ms / timing.median_ms
-            rates[name][key] = bench.gbps(nbytes, timing.median_ms)
-        del x
-    keys = ["x".join(map(str, s)) for s in shapes]
-    print(f"{info.name}: GB/s (read + written) and ratio to torch's copy of the same matrix, same rounds")
-    print(f"{'variant':<26}" + "".join(f"{k:>20}" for k in keys) + f"{'geomean':>9}")
-    print(f"{'torch copy':<26}" + "".join(f"{rates['torch copy'][k]:>11.0f}{'':>9}" for k in keys))
-    for name, values in ratios.items():
-        flag = "  WRONG" if name in broken else ""
-        print(f"{name:<26}" + "".join(f"{rates[name][k]:>11.0f}{values[k]:>9.3f}" for k in keys)
-              + f"{geometric_mean([values[k] for k in keys]):>9.3f}{flag}")
-    for name, why in broken.items():
-        print(f"not exact or not built: {name}: {why}")
-    if args.json:
-        args.json.write_text(json.dumps({"device": info.name, "ratios": ratios, "gbps": rates, "broken": broken},
-                                        indent=1), encoding="utf-8")
+    against_copy.study(functions, shapes, CHECK_SHAPES, info.name, args.json, {}, width=26)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Week 2 Day 3's padded CUDA transpose on odd shapes: how close can it get to torch's copy at 3001 x 5003?
 
-    python bench/transpose_odd_w2d3.py [--json FILE] [--ncu] [--all] [--extra 3000x5000,...]
+    python -m bench w2d3-odd-transpose [--json FILE] [--ncu] [--all] [--extra 3000x5000,...]
 
 Every transpose here keeps the day's technique: a tile staged in shared memory with one column of padding (``[32][33]``
 in the reference, ``[TR][TC + 1]`` below), keeping a warp's column reads on 32 banks. At 3001 x 5003 only one row in
@@ -25,7 +25,7 @@ boundaries):
 - ``dispatch``: ``vec4 64x64/256`` where the output's rows are a multiple of 8 floats, else ``salign 32/256``;
 - limits (no transpose): a 2-D copy with the reference's access pattern (4-byte accesses, rows off 16-byte
   boundaries), beside torch's copy (16-byte accesses on one contiguous range); torch's ``x.t().contiguous()``
-  (``torch_transpose``, runs 1 and 2 only).
+  (``against_copy.torch_transpose``, runs 1 and 2 only).
 
 Without ``--all`` it times run 4's list and the 2-D copy limit; ``--all`` adds a selection of runs 1-3's other
 variants (their tile shapes are in the results files).
@@ -37,21 +37,18 @@ it says so and exits 0.
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+import torch
+
+from bench import against_copy, harness
+from course import cuda
+from course import spec as specs
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
-from course import bench, cuda  # noqa: E402
-from course import spec as specs  # noqa: E402
-from course.spec import geometric_mean  # noqa: E402
 
 CHECK_SHAPES = [(512, 512), (1000, 1030), (1, 300), (300, 1), (2048, 1024), (129, 4097), (3001, 17), (1, 1),
                 (33, 4999), (4999, 31), (97, 101), (4095, 4093), (64, 64), (65, 63)]
@@ -360,12 +357,6 @@ def copy2d():
     return copy
 
 
-def torch_transpose(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    if out is None:
-        return x.t().contiguous()
-    return out.copy_(x.t())
-
-
 # (name, builder, is a transpose)
 def dispatch():
     vec = tiled(VEC4, 64, 64, 256)
@@ -399,24 +390,14 @@ EARLIER: list[tuple[str, Callable[[], Callable], bool]] = [
     ("salign 64/256", lambda: salign(64, 256, False), True),
     ("salign vec 32/128", lambda: salign(32, 128, True), True),
     ("salign vec 64/128", lambda: salign(64, 128, True), True),
-    ("torch x.t().contiguous()", lambda: torch_transpose, True),
+    ("torch x.t().contiguous()", lambda: against_copy.torch_transpose, True),
 ]
 
 
-def exact(fn: Callable, is_transpose: bool, x: torch.Tensor) -> bool:
-    shape = (x.shape[1], x.shape[0]) if is_transpose else tuple(x.shape)
-    out = torch.full(shape, float("nan"), device=x.device)
-    fn(x, out)
-    return bool(torch.equal(out, x.t() if is_transpose else x))
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = parser(__doc__)
-    p.add_argument("--ncu", action="store_true", help="launch each variant once at the odd shape, then exit")
+    p = against_copy.parser(__doc__)
     p.add_argument("--extra", default="", help="more shapes to time, e.g. 3000x5000,3008x5008")
-    p.add_argument("--all", action="store_true", help="also the other variants runs 1-3 timed")
-    args = p.parse_args(argv)
-    info = gpu_or_say_so()
+    args, info = harness.start(p, argv)
     if info is None:
         return 0
     spec = specs.get("w2d3.transpose_padded")
@@ -430,56 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as error:  # a variant that does not compile is reported, the rest go on
             broken[name] = f"{type(error).__name__}: {error}"[:300]
     if args.ncu:
-        x = torch.randn(spec.bench_shapes.gpu[-1], device="cuda")
-        for name, fn, _ in functions:
-            fn(x)
-            torch.cuda.synchronize()
-            print(f"ncu launch: {name}", flush=True)
-        x.clone()
-        torch.cuda.synchronize()
-        print("ncu launch: torch copy (clone)", flush=True)
+        against_copy.ncu_launches(functions, torch.randn(spec.bench_shapes.gpu[-1], device="cuda"))
         return 0
-    torch.manual_seed(0)
-    for name, fn, is_t in functions:
-        try:
-            for shape in CHECK_SHAPES:
-                if not exact(fn, is_t, torch.randn(shape, device="cuda")):
-                    broken[name] = f"wrong at {shape}"
-                    break
-        except Exception as error:
-            broken[name] = f"{type(error).__name__}: {error}"[:300]
-    live = [(name, fn, is_t) for name, fn, is_t in functions if name not in broken]
-    ratios: dict[str, dict[str, float]] = {name: {} for name, _, _ in live}
-    rates: dict[str, dict[str, float]] = {name: {} for name, _, _ in live}
-    rates["torch copy"] = {}
-    for shape in shapes:
-        key = "x".join(map(str, shape))
-        x = torch.randn(shape, device="cuda")
-        for name, fn, is_t in live:
-            if not exact(fn, is_t, x):
-                broken[name] = f"wrong at {shape}"
-        timings = bench.time_interleaved([bench.Timed(fn, args=(x,)) for _, fn, _ in live]
-                                         + [bench.Timed(torch.Tensor.clone, args=(x,))])
-        nbytes = 2 * x.numel() * x.element_size()
-        copy_ms = timings[-1].median_ms
-        rates["torch copy"][key] = bench.gbps(nbytes, copy_ms)
-        for (name, _, _), timing in zip(live, timings[:-1], strict=True):
-            ratios[name][key] = copy_ms / timing.median_ms
-            rates[name][key] = bench.gbps(nbytes, timing.median_ms)
-        del x
-    keys = ["x".join(map(str, s)) for s in shapes]
-    print(f"{info.name}: GB/s (read + written) and ratio to torch's copy of the same matrix, same rounds")
-    print(f"{'variant':<22}" + "".join(f"{k:>19}" for k in keys) + f"{'geomean':>9}")
-    print(f"{'torch copy':<22}" + "".join(f"{rates['torch copy'][k]:>10.0f}{'':>9}" for k in keys))
-    for name, values in ratios.items():
-        flag = "  WRONG" if name in broken else ""
-        print(f"{name:<22}" + "".join(f"{rates[name][k]:>10.0f}{values[k]:>9.3f}" for k in keys)
-              + f"{geometric_mean([values[k] for k in keys]):>9.3f}{flag}")
-    for name, why in broken.items():
-        print(f"not exact or not built: {name}: {why}")
-    if args.json:
-        args.json.write_text(json.dumps({"device": info.name, "ratios": ratios, "gbps": rates, "broken": broken},
-                                        indent=1), encoding="utf-8")
+    against_copy.study(functions, shapes, CHECK_SHAPES, info.name, args.json, broken, width=22)
     return 0
 
 

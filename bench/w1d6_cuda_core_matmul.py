@@ -18,9 +18,9 @@ may turn it into a dot: its error and the ttgir say which):
   gsm        Gluon: classic staging, A (transposed in the store) and B tiles through shared memory,
              next tile prefetched into registers, no scratch buffer
 
-Usage on the GPU machine:  python3 bench/day6_variants.py --out $OUT       (everything, table last)
-                           python3 bench/day6_variants.py --one NAME --shape 2048,2048,2048   (for ncu)
-On a CPU:                  python3 bench/day6_variants.py --inspect NAME,...  (compile for sm_90, no launch)
+Usage on the GPU machine:  python -m bench w1d6-cuda-core-matmul --out $OUT       (everything, table last)
+                           python -m bench w1d6-cuda-core-matmul --one NAME --shape 2048,2048,2048   (for ncu)
+On a CPU:                  python -m bench w1d6-cuda-core-matmul --inspect NAME,...  (compile for sm_90, no launch)
 """
 
 from __future__ import annotations
@@ -714,7 +714,6 @@ def inspect_local(names):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
     from course.compiler import compile_triton
     target = GPUTarget("cuda", 90, 32)
 

@@ -1,7 +1,7 @@
 """Nsight Compute on Week 1 Day 7's fp32 matmul at 4096^3, and the limit study's table from it.
 
-    python bench/w1d7_limit_ncu.py OUTDIR [ref cublas best gluon gluon_async gluon_async_16x8]
-    python bench/w1d7_limit_ncu.py OUTDIR --csv NAME=FILE.csv ...     (the table from existing raw exports)
+    python -m bench w1d7-fp32-dot-ncu OUTDIR [ref cublas best gluon gluon_async gluon_async_16x8]
+    python -m bench w1d7-fp32-dot-ncu OUTDIR --csv NAME=FILE.csv ...     (the table from existing raw exports)
 
 Profiles one launch each (bench/w1d7_limit_profile.py between cudaProfilerStart/Stop, `--profile-from-start off`) of
 the course's reference launch, the sweep's best launch, the Gluon 8x8-a-thread variant and cuBLAS SGEMM with TF32
@@ -23,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from bench.ncu_csv import export, largest, pick, print_table, read, stalls
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
-from bench.ncu_csv import export, largest, pick, print_table, read, stalls  # noqa: E402
+
 
 FFMA_PER_SM_CLOCK = 128
 EXTRA_METRICS = ",".join([
@@ -40,12 +41,12 @@ EXTRA_METRICS = ",".join([
 def profile(kernel: str, out: Path) -> Path | None:
     """ncu on one launch of ``kernel``; its raw-page CSV, or None (the log's tail printed)."""
     report = Path(f"/tmp/w1d7_limit_ncu_{kernel}")
-    command = [sys.executable, str(HERE / "w1d7_limit_profile.py"), kernel]
+    command = [sys.executable, "-m", "bench.w1d7_limit_profile", kernel]
     base = ["ncu", "--set", "full", "--profile-from-start", "off", "--clock-control", "none", "-f", "-o", str(report)]
     began = time.perf_counter()
     for attempt in (base[:3] + ["--metrics", EXTRA_METRICS] + base[3:], base):  # then without the extra metrics
         try:
-            run = subprocess.run(attempt + command, capture_output=True, text=True, timeout=150)
+            run = subprocess.run(attempt + command, capture_output=True, text=True, timeout=150, cwd=HERE.parent)
         except subprocess.TimeoutExpired:
             print(f"ncu {kernel}: over 150 s, left out")
             return None

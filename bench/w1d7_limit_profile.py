@@ -1,7 +1,7 @@
 """One launch at 4096^3 (fp32) of a Week 1 Day 7 limit-study kernel or of cuBLAS SGEMM, between
 cudaProfilerStart and cudaProfilerStop, for ``ncu --profile-from-start off`` (bench/w1d7_limit_ncu.py).
 
-    python bench/w1d7_limit_profile.py {ref,best,gluon,gluon_async,gluon_async_16x8,cublas} [--size N]
+    python -m bench.w1d7_limit_profile {ref,best,gluon,gluon_async,gluon_async_16x8,cublas} [--size N]
 
 Two warm-up calls (compilation, cuBLAS's handle) run before the profiled one. GPU only.
 """
@@ -9,15 +9,15 @@ Two warm-up calls (compilation, cuBLAS's handle) run before the profiled one. GP
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
+import torch
+
+from bench import harness
+from bench.w1d7_limit_kernels import dot_launcher, gluon_async_launcher, gluon_launcher
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-
-from bench.w1d7_limit_kernels import dot_launcher, gluon_async_launcher, gluon_launcher  # noqa: E402
 
 
 def cublas(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -40,13 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     generator = torch.Generator(device="cuda").manual_seed(1)
     a, b = (torch.randn(args.size, args.size, device="cuda", generator=generator) for _ in range(2))
     fn = KERNELS[args.kernel]
-    for _ in range(2):
-        fn(a, b)
-    torch.cuda.synchronize()
-    torch.cuda.profiler.start()
-    out = fn(a, b)
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()
+    out = harness.profiled_launch(fn, a, b)
     error = float(torch.linalg.vector_norm(out.double() - a.double() @ b.double()) / torch.linalg.vector_norm(out))
     print(f"{args.kernel}: profiled one launch at {args.size}^3, relative error {error:.1e}")
     return 0

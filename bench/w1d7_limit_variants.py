@@ -1,8 +1,8 @@
-"""Week 1 Day 7's fp32 matmul: a dozen bounded variants beside cuBLAS fp32 SGEMM, timed as
-bench/matmul_fp32_sweep.py times them (course.bench, L2 flushed, every entry and cuBLAS in the same rounds).
+"""Week 1 Day 7's fp32 matmul: a dozen bounded variants beside cuBLAS fp32 SGEMM, timed by
+``course.bench`` (L2 flushed, every entry and cuBLAS in the same rounds).
 
-    python bench/w1d7_limit_variants.py [--set main|async] [--json FILE] [--sass FILE]
-    python bench/w1d7_limit_variants.py --warm I/N     (compile every N-th variant from the I-th into Triton's cache)
+    python -m bench w1d7-fp32-dot-limit [--set main|async] [--json FILE] [--sass FILE]
+    python -m bench w1d7-fp32-dot-limit --warm I/N     (compile every N-th variant from the I-th into Triton's cache)
 
 Several ``--warm`` processes side by side fill Triton's on-disk cache before the timed run, which then compiles
 nothing.
@@ -15,25 +15,24 @@ share, LDS per FFMA). GPU only; on a CPU it says so and exits 0.
 from __future__ import annotations
 
 import collections
-import json
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+import torch
+import triton
+
+from bench import harness
+from bench.harness import gpu_or_say_so, parser
+from bench.w1d7_limit_kernels import dot_launcher, gluon_async_launcher, gluon_launcher
+from course import bench
+from course import spec as specs
+from course.spec import geometric_mean
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-
-from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
-from bench.w1d7_limit_kernels import dot_launcher, gluon_async_launcher, gluon_launcher  # noqa: E402
-from course import bench  # noqa: E402
-from course import spec as specs  # noqa: E402
-from course.spec import geometric_mean  # noqa: E402
 
 # name -> (launcher, what it tests). The first is the course's reference launch, the second the sweep's best.
 VARIANTS = {
@@ -160,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                                       "tflops": tflops[name], "kernel_4096": facts.get(name, {})}
                                for name, (_, what) in variants.items()},
                   "cublas": {"ms": times["cuBLAS"], "tflops": tflops["cuBLAS"]}, "notes": notes}
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        harness.write_json(args.json, result)
         return result
 
     for shape, key in zip(shapes, keys, strict=True):

@@ -1,6 +1,6 @@
 """GPU measurements for Week 2, Days 1 and 2 (for bench/RESULTS.md and the Day 2 thresholds): from the repo root,
 
-    python bench/week2_day1_day2.py [--json results.json]
+    python -m bench w2d1-w2d2-thresholds [--json results.json]
 
 Day 1: the Horner kernel of the solution notebook on 2**26 fp32 elements, for several step counts:
 time, GB/s, GFLOP/s and the fraction of this GPU's datasheet roof. Day 2: the two naive transposes,
@@ -12,10 +12,7 @@ notebooks' cells; every timing is course.bench's (L2 flushed, medians).
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
-import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
@@ -24,7 +21,7 @@ import nbformat
 import torch
 import triton
 
-import course
+from bench import harness
 from course import bench
 from course.peaks import datasheet_peaks
 from course.spec import geometric_mean, get
@@ -119,19 +116,14 @@ def day2() -> dict[str, object]:
             "bench_table": report.table()}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args()
-    info = course.device.info()
-    if not info.has_gpu:
-        print("no GPU: nothing to measure", file=sys.stderr)
-        return 1
+def main(argv: list[str] | None = None) -> int:
+    args, info = harness.start(harness.parser(__doc__), argv)
+    if info is None:
+        return 0
     print(info.describe())
     results = {"device": info.describe(), "torch": torch.__version__, "triton": triton.__version__,
                "day1": day1(info.name), "day2": day2()}
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1), encoding="utf-8")
+    harness.write_json(args.json, results)
     return 0
 
 

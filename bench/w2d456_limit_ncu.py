@@ -1,10 +1,10 @@
 """Nsight Compute on Week 2 Days 4-6 at the largest benchmark shape (8192^3 fp16 for each day): the reference launch,
 the best variant of bench/w2d456_limit_variants.py (read from its JSON), and cuBLAS fp16 as each spec calls it.
 
-    python bench/w2d456_limit_ncu.py OUTDIR --results VARIANTS.json      (profile, then tabulate)
-    python bench/w2d456_limit_ncu.py OUTDIR --csv FILE.csv --plan PLAN.json  (tabulate an existing raw export)
-    python bench/w2d456_limit_ncu.py --child PLAN.json                   (what ncu runs: one launch of each)
-    python bench/w2d456_limit_ncu.py OUTDIR --results V.json --shape 6000,3000,4096 --tag _6000 \
+    python -m bench w2d456-limits-ncu OUTDIR --results VARIANTS.json      (profile, then tabulate)
+    python -m bench w2d456-limits-ncu OUTDIR --csv FILE.csv --plan PLAN.json  (tabulate an existing raw export)
+    python -m bench w2d456-limits-ncu --child PLAN.json                   (what ncu runs: one launch of each)
+    python -m bench w2d456-limits-ncu OUTDIR --results V.json --shape 6000,3000,4096 --tag _6000 \
         --labels "cuBLAS fp16 (Days 5-6: fp32 reductions);Day 5 ref;Day 5 best"   (a subset at another shape)
 
 One process launches every kernel of the plan in turn: two warm-up calls (compilation, cuBLAS's handle), then one
@@ -30,10 +30,12 @@ import sys
 import time
 from pathlib import Path
 
+from bench import harness
+from bench.ncu_csv import export, largest, launch_fields, number, pick, print_table, read, stalls
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-from bench.ncu_csv import export, largest, number, pick, print_table, read, stalls  # noqa: E402
+
 
 DATASHEET_FP16_DENSE_TFLOPS = 989.4  # H100 SXM, dense fp16/bf16 with fp32 accumulation (datasheet)
 FLOP_PER_SM_CLOCK = 4096  # 989.4e12 / (132 SMs * 1.83e9 Hz)
@@ -91,13 +93,7 @@ def child(plan_path: Path) -> int:
                 return s.baseline((a, b))
         else:
             fn = next(v for v in day.variants if v.name == item["variant"]).fn
-        for _ in range(2):
-            fn(*inputs)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        out = fn(*inputs)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
+        out = harness.profiled_launch(fn, *inputs)
         exact_x = inputs[0].double() @ (inputs[1].double() @ torch.ones(inputs[1].shape[1], 1, device="cuda",
                                                                           dtype=torch.float64))
         err = float(torch.linalg.vector_norm(out.double().sum(1, keepdim=True) - exact_x)
@@ -174,10 +170,7 @@ def summarise(row: dict[str, str], flops: float) -> dict[str, object]:
         "tma_load_gbytes": (pick(row, "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum") or 0) / 1e9,
         "issue_active_pct": pick(row, "smsp__issue_active.avg.pct_of_peak_sustained_active"),
         "sm_throughput_pct": pick(row, "sm__throughput.avg.pct_of_peak_sustained_elapsed"),
-        "registers_per_thread": pick(row, "launch__registers_per_thread"),
-        "shared_bytes_per_block": (pick(row, "launch__shared_mem_per_block_dynamic") or 0)
-        + (pick(row, "launch__shared_mem_per_block_static") or 0),
-        "achieved_occupancy_pct": pick(row, "sm__warps_active.avg.pct_of_peak_sustained_active"),
+        **launch_fields(row),
         "theoretical_occupancy_pct": pick(row, "sm__maximum_warps_per_active_cycle_pct"),
         "waves_per_sm": pick(row, "launch__waves_per_multiprocessor"),
         "top_stalls_cycles_per_issue": largest(found),
@@ -216,10 +209,10 @@ def profile(out: Path, plan_path: Path, tag: str = "") -> Path | None:
     base = ["ncu", "--profile-from-start", "off", "--clock-control", "none", "-f", "-o", str(report)]
     for section in SECTIONS:
         base += ["--section", section]
-    command = [sys.executable, str(Path(__file__).resolve()), "--child", str(plan_path)]
+    command = [sys.executable, "-m", "bench.w2d456_limit_ncu", "--child", str(plan_path)]
     began = time.perf_counter()
     for attempt in (base + ["--metrics", ",".join(extra)], base):
-        run = subprocess.run(attempt + command, capture_output=True, text=True)
+        run = subprocess.run(attempt + command, capture_output=True, text=True, cwd=REPO)
         print("\n".join((run.stdout + run.stderr).splitlines()[-14:]))
         if run.returncode == 0:
             break

@@ -2,11 +2,11 @@
 spec's library baseline as the grader times them (course.bench.time_interleaved: L2 flushed, a spin queued, every
 entry and the baseline in the same rounds; every timed output checked by Freivalds' test).
 
-    python bench/w2d456_limit_variants.py [--days w2d4,w2d5,w2d6_fp16,w2d6_bf16] [--json FILE] [--sass FILE]
-    python bench/w2d456_limit_variants.py --warm I/N     (compile every N-th (day, variant) from the I-th)
-    python bench/w2d456_limit_variants.py --dry-run      (no GPU: every launcher on a small shape, interpreter)
-    python bench/w2d456_limit_variants.py --days w2d5 --shapes 6000x3000x4096,6000x3008x4096   (other shapes)
-    python bench/w2d456_limit_variants.py --sass-counts DUMP.txt.gz   (opcode counts of a --sass dump, no GPU)
+    python -m bench w2d456-limits [--days w2d4,w2d5,w2d6_fp16,w2d6_bf16] [--json FILE] [--sass FILE]
+    python -m bench w2d456-limits --warm I/N     (compile every N-th (day, variant) from the I-th)
+    python -m bench w2d456-limits --dry-run      (no GPU: every launcher on a small shape, interpreter)
+    python -m bench w2d456-limits --days w2d5 --shapes 6000x3000x4096,6000x3008x4096   (other shapes)
+    python -m bench w2d456-limits --sass-counts DUMP.txt.gz   (opcode counts of a --sass dump, no GPU)
 
 Several ``--warm`` processes side by side fill Triton's on-disk cache before the timed run, which then compiles
 nothing. Before timing, each variant's first output at each shape (output memory poisoned with NaN first) is
@@ -32,19 +32,21 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 if "--dry-run" in sys.argv:  # triton.language's own jit functions read the interpreter switch when imported
     os.environ["TRITON_INTERPRET"] = "1"
 
-import course  # noqa: E402, I001  (first: it sets the interpreter switch before kernels are decorated)
-import torch  # noqa: E402
-import triton  # noqa: E402
+import torch
+import triton
 
-from course import bench, device  # noqa: E402
-from course import spec as specs  # noqa: E402
-from course.check import relative_error  # noqa: E402
-from course.spec import geometric_mean  # noqa: E402
+import course
+from bench import harness
+from course import bench, device
+from course import spec as specs
+from course.check import relative_error
+from course.spec import geometric_mean
+
+REPO = Path(__file__).resolve().parent.parent
+
 
 if TYPE_CHECKING:
     from bench.w2d456_limit_kernels import Day
@@ -207,8 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     sass_text: list[str] = []
 
     def emit() -> None:
-        if args.json:
-            args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        harness.write_json(args.json, result)
 
     began_all = time.perf_counter()
     for day in chosen:

@@ -1,6 +1,6 @@
 """Add Week 2 Day 4 students whose only difference from the solution is GPU_CONFIG, to set the speed bands.
 
-    python bench/w2d4_stage_students.py CLASS
+    python -m bench w2d4-stage-students CLASS
 
 CLASS is a demo class (``python -m grader demo CLASS``). For each launch in LAUNCHES it writes
 CLASS/<name>/week2/day4_pipelining.ipynb: fast_correct's notebook with its GPU_CONFIG replaced. Graded on a GPU

@@ -1,4 +1,9 @@
+import json
 import math
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -82,3 +87,83 @@ def test_a_cached_result_is_caught_by_the_per_call_check():
 
     report = bench.measure(spec.get("w1d7.matmul_fp32"), cached, [(512, 512, 512)])
     assert report.rows[0].error and "wrong result" in report.rows[0].error
+
+
+# bench/ as a suite: one entry point over a registry, code and results apart.
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+# Setup scripts the measurements source or run first; no measurement of their own.
+SETUP_SCRIPTS = {"gpu_env.sh", "fetch_gpu_wheels.sh"}
+# The integrator's scripts that still put the checkout on sys.path themselves (to be moved to the entry point).
+STILL_EDIT_SYS_PATH = {"grading_throughput.py", "side_by_side.py", "references.py", "faults_class.py",
+                       "week3_gemm_attention_references.py"}
+
+
+def test_every_measurement_in_bench_is_registered_and_every_entry_names_a_file():
+    from bench import registry
+
+    names = [m.name for m in registry.SUITE]
+    assert len(names) == len(set(names))
+    missing = [m.name for m in registry.SUITE if not m.path.is_file()]
+    assert not missing, f"registered without a file: {missing}"
+    targets = {m.path.name for m in registry.SUITE}
+    scripts = {p.name for p in BENCH.glob("*.sh")} - SETUP_SCRIPTS
+    modules = {p.name for p in BENCH.glob("*.py") if p.stem not in registry.LIBRARY}
+    assert scripts | modules <= targets, f"not in bench/registry.toml: {sorted((scripts | modules) - targets)}"
+    for name in registry.LIBRARY:
+        assert (BENCH / f"{name}.py").is_file(), name
+
+
+def test_list_names_every_measurement_without_loading_torch():
+    code = ("import sys\nfrom bench.__main__ import main\nfrom bench.registry import SUITE\n"
+            "assert main(['--list']) == 0\nprint('torch loaded' if 'torch' in sys.modules else 'no torch')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=BENCH.parent, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "no torch"
+    from bench import registry
+
+    assert [line.split()[0] for line in lines[:-1]] == [m.name for m in registry.SUITE]
+
+
+def test_the_entry_point_runs_a_measurement_and_refuses_an_unknown_name(capsys):
+    from bench.__main__ import main
+
+    assert main(["no-such-measurement"]) == 2
+    assert "python -m bench --list" in capsys.readouterr().err
+    done = subprocess.run([sys.executable, "-m", "bench", "gpu-scaling", "--help"], capture_output=True, text=True,
+                          cwd=BENCH.parent, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "--copies" in done.stdout
+
+
+def test_code_and_results_apart():
+    top = {p.name for p in BENCH.iterdir() if p.is_file()}
+    stray = {n for n in top if not n.endswith((".py", ".sh"))} - {"RESULTS.md", "registry.toml", "gpu_wheels.txt"}
+    assert not stray, f"results at bench/'s top level: {sorted(stray)}"
+    results = [p for p in (BENCH / "results").rglob("*") if p.is_file()]
+    assert results
+    named = re.compile(r"(h100|h200|[a-z0-9]+)/\d{4}-\d\d-\d\d-[a-z0-9][a-z0-9.-]*\.(json|csv|md|txt|log)$")
+    badly = [str(p.relative_to(BENCH / "results")) for p in results
+             if not named.fullmatch(str(p.relative_to(BENCH / "results")))]
+    assert not badly, f"not <gpu>/<date>-<what>: {badly}"
+
+
+def test_bench_scripts_leave_sys_path_alone():
+    editing = {p.name for p in BENCH.glob("*.py") if "sys.path.insert" in p.read_text(encoding="utf-8")}
+    assert editing <= STILL_EDIT_SYS_PATH, f"edit sys.path: {sorted(editing - STILL_EDIT_SYS_PATH)}"
+
+
+def test_harness_table_and_the_json_a_measurement_writes(tmp_path):
+    from bench import harness
+
+    text = harness.table(["variant", "ratio"], [["a", 0.5], ["longer name", 1.25]])
+    assert text.splitlines() == ["variant      ratio", "a            0.500", "longer name  1.250"]
+    harness.write_json(None, {"rows": [1]})  # nowhere asked: nothing written, no error
+    out = tmp_path / "deep" / "m.json"
+    harness.write_json(out, {"rows": [1, 2]})
+    written = json.loads(out.read_text())
+    assert list(written)[:4] == ["date", "gpu", "commit", "command"]
+    assert written["rows"] == [1, 2]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", written["date"])
+    assert written["commit"] == "unknown" or re.fullmatch(r"[0-9a-f]{7,}(\+changes)?", written["commit"])
