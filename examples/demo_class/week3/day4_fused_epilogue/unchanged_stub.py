@@ -1,0 +1,1 @@
+"""Demo student: the notebook as shipped, nothing filled in."""

@@ -1,0 +1,3 @@
+"""Demo student: the course's solution (every answer cell as the solution notebook has it)."""
+
+# %% all < solution
