@@ -2,7 +2,7 @@
 
     python bench/grading_throughput.py --copies 10 --seed 16 [--notebooks week1/day7_fast_matmul]
         [--students fast_correct,slow_correct] [--grade-args "--gpus 0 --runs 8"] [--json out.json]
-        [--from OUT_OF_THE_WHOLE_DEMO_CLASS]
+        [--from OUT_OF_A_GRADED_BATCH ...]
 
 Writes WORK (default build/throughput): demo/ (the demo class), batch/ (the copies, ``<student>-c<k>``),
 batch.json (what the batch holds), serial/ and pipeline/ (the two grade runs' OUT folders, wiped first),
@@ -49,13 +49,14 @@ from grader import demo  # noqa: E402
 from grader.layout import course_notebooks  # noqa: E402
 
 MODES = ("serial", "pipeline")
-MODEL = ("from each notebook's mean stage times: E = gpu_exclusive s (serial per GPU); R = the run's wall s "
-         "(frozen included; at most {runs:g} runs per GPU); B = build + compile + replay s (at most {builds:g} per "
-         "GPU); C = run - frozen + build + compile + replay + judge - gpu_wait s, {cores:g} core(s) per stage, over "
-         "the GPU's share of the host's cores. Wall on G GPUs = the largest of sum(E)/G, sum(C) x {cores:g} / "
-         "(cores per GPU x G), sum(R)/({runs:g} G), sum(B)/({builds:g} G). Runs share their GPU, paused while a judge "
-         "holds it; their shared GPU use is not measured and assumed not the bottleneck. Not modelled: the "
-         "reference solutions' runs, start-up, Slurm queueing and gathering.")
+MODEL = ("from each notebook's mean stage times: E = gpu_exclusive + gpu_alone s (serial per GPU); R = the run's "
+         "running s + its frozen s (at most {runs:g} runs per GPU); B = build + compile + replay s (at most "
+         "{builds:g} per GPU); C = run (frozen left out) + build + compile + replay + judge - gpu_wait s, {cores:g} "
+         "core(s) per stage, over the GPU's share of the host's cores. Wall on G GPUs = ramp + the largest of "
+         "sum(E)/G, sum(C) x {cores:g} / (cores per GPU x G), sum(R)/({runs:g} G), sum(B)/({builds:g} G); the ramp "
+         "({ramp:.0f} s) is the longest measured time to a GPU's first hold (the reference solutions' runs and a "
+         "first run and build). Runs share their GPU, paused while a judge holds it; their shared GPU use is not "
+         "measured and assumed not the bottleneck. Not modelled: Slurm queueing and gathering.")
 
 
 def build_batch(work: Path, notebooks: list[str], students: list[str] | None, copies: int) -> Path:
@@ -213,8 +214,22 @@ def alone_block(modes: dict[str, dict[str, Any]], notebooks: list[str]) -> tuple
     return lines, {"targets": [{**asdict(t), "mark": t.mark} for t in goals]}
 
 
+def model_check(name: str, data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The model applied to one measured pipeline batch, beside its measured wall time."""
+    limits = (data["schedule"] or {}).get("limits") or {}
+    count = len(schedule_gpus(data["schedule"]) or [0])
+    machine = tp.Machine(name, count, args.host_cpus / count, limits.get("runs", args.runs_per_gpu * count) / count,
+                         limits.get("builds", args.builds_per_gpu * count) / count)
+    model = tp.batch_model(data["records"], machine, args.cores_per_stage, tp.ramp_seconds(data["schedule"]))
+    return {"batch": name, "gpus": count, "notebooks": len(data["records"]), "model_seconds": model.wall_seconds,
+            "ramp_seconds": model.ramp, "bound": model.bound, "bounds_seconds": model.bounds,
+            "measured_seconds": data["wall_seconds"],
+            "error": model.wall_seconds / data["wall_seconds"] - 1 if data["wall_seconds"] else None,
+            "machine": asdict(machine)}
+
+
 def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCost]],
-               batch: dict[str, Any] | None) -> tuple[list[str], dict[str, Any]]:
+               batches: dict[str, dict[str, Any]]) -> tuple[list[str], dict[str, Any]]:
     class_notebooks = args.class_notebooks.split(",") if args.class_notebooks else \
         [nb.key for nb in course_notebooks() if not nb.name.startswith("bonus")]
     costs = tp.class_costs(class_notebooks, *measured)
@@ -225,8 +240,9 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
                            **limits),
                 tp.Machine(f"Slurm, {args.cluster_nodes} such nodes", args.cluster_nodes * args.node_gpus, node_share,
                            **limits)]
-    results = [tp.project(costs, args.class_students, m, args.cores_per_stage) for m in machines]
-    model = MODEL.format(cores=args.cores_per_stage, runs=args.runs_per_gpu, builds=args.builds_per_gpu)
+    ramp = max((tp.ramp_seconds(b["schedule"]) for b in batches.values()), default=0.0)
+    results = [tp.project(costs, args.class_students, m, args.cores_per_stage, ramp) for m in machines]
+    model = MODEL.format(cores=args.cores_per_stage, runs=args.runs_per_gpu, builds=args.builds_per_gpu, ramp=ramp)
     lines = [f"projection: {args.class_students} students x {len(costs)} notebooks = "
              f"{args.class_students * len(costs)} notebooks",
              "  model: " + model]
@@ -255,18 +271,12 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
             else "met" if node.wall_seconds <= 7200 else "NOT MET"
         lines.append(f"  target (issue 16): the 300 x 14 class under 2 h on one 8-GPU node: {met} "
                      f"(projected {node.wall_seconds / 3600:.2f} h)")
-    check = None
-    if batch and batch["records"]:
-        limits = (batch["schedule"] or {}).get("limits") or {}
-        count = len(schedule_gpus(batch["schedule"]) or [0])
-        machine = tp.Machine("the measured batch", count, args.host_cpus / count,
-                             limits.get("runs", args.runs_per_gpu * count) / count,
-                             limits.get("builds", args.builds_per_gpu * count) / count)
-        check = {"model_seconds": tp.batch_model_seconds(batch["records"], machine, args.cores_per_stage),
-                 "measured_seconds": batch["wall_seconds"], "machine": asdict(machine)}
-        lines.append(f"  the model on the measured pipeline batch ({count} GPU(s), {args.host_cpus:g} cores, "
-                     f"{machine.runs_per_gpu * count:g} runs, {machine.builds_per_gpu * count:g} builds): "
-                     f"{check['model_seconds']:.0f} s; measured {check['measured_seconds']:.0f} s")
+    checks = [model_check(name, data, args) for name, data in batches.items() if data["records"]]
+    for check in checks:
+        lines.append(f"  the model on {check['batch']} ({check['notebooks']} notebooks, {check['gpus']} GPU(s), "
+                     f"{args.host_cpus:g} cores): {check['model_seconds']:.0f} s (ramp {check['ramp_seconds']:.0f} + "
+                     f"{check['bound']} {check['bounds_seconds'][check['bound']]:.0f}); measured "
+                     f"{check['measured_seconds']:.0f} s; error {check['error']:+.1%}")
     lines.append(f"  measured on: {', '.join(devices)}" + ("; a CPU's numbers, not a GPU's" if any(
         d.startswith("CPU") for d in devices) else ""))
     data = {"model": model,
@@ -276,7 +286,7 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
             "class_notebooks": class_notebooks, "costs": {k: asdict(v) for k, v in costs.items()},
             "machines": [{**asdict(r.machine), "wall_seconds": r.wall_seconds, "bound": r.bound,
                           "bounds_seconds": r.bounds, "notebooks_per_gpu_hour": r.per_gpu_hour} for r in results],
-            "batch_check": check}
+            "batch_checks": checks}
     return lines, data
 
 
@@ -304,9 +314,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--project", action="store_true",
                    help="print only the projection, from --from OUT (and WORK's pipeline run with --reuse); "
                         "grade nothing")
-    p.add_argument("--from", dest="from_out", type=Path, default=None,
-                   help="a graded OUT (of the whole demo class) whose per-notebook stage times the projection "
-                        "uses for notebooks the batch does not hold")
+    p.add_argument("--from", dest="from_out", type=Path, action="append", default=[],
+                   help="a graded OUT (a batch, or the whole demo class) whose per-notebook stage times the "
+                        "projection uses for notebooks the batch does not hold, and on whose wall time (where it has a "
+                        "schedule.json) the model is checked; repeat it for several")
     p.add_argument("--json", type=Path, default=None, help="also write everything as JSON here")
     p.add_argument("--class-students", type=int, default=300, help="(default: %(default)s)")
     p.add_argument("--class-notebooks", default=None,
@@ -368,15 +379,20 @@ def main(argv: list[str] | None = None) -> int:
         lines += compared + [""]
         report["modes"] = {m: {**{k: v for k, v in d.items() if k != "records"}, "notebooks": len(d["records"]),
                                "stages": [asdict(s) for s in tp.stage_stats(d["records"])]} for m, d in modes.items()}
-    measured = []
+    measured, batches = [], {}
     pipeline = modes.get("pipeline")
     if pipeline and pipeline["records"]:
         measured.append(tp.notebook_costs(pipeline["records"], "measured in the pipeline batch"))
-    if args.from_out:
-        measured.append(tp.notebook_costs(tp.read_results(args.from_out), f"measured in {args.from_out}"))
+        batches["the pipeline batch"] = pipeline
+    for out in args.from_out:
+        records = tp.read_results(out)
+        measured.append(tp.notebook_costs(records, f"measured in {out}"))
+        schedule = tp.read_schedule(out)
+        if schedule and schedule.get("wall_seconds"):
+            batches[str(out)] = {"records": records, "schedule": schedule, "wall_seconds": schedule["wall_seconds"]}
     if not measured:
         raise SystemExit("nothing to project from: grade a batch, or give --from OUT")
-    projected, report["projection"] = projection(args, measured, pipeline)
+    projected, report["projection"] = projection(args, measured, batches)
     lines += projected
     print("\n".join(textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                     if len(line) > 120 else line for line in lines))

@@ -151,16 +151,27 @@ def test_targets_not_measured_say_so_rather_than_pass_or_fail():
 
 
 def test_a_notebooks_cost_is_the_mean_of_its_stage_times_in_the_models_terms():
+    # "notebook" is the sandbox's running time, its frozen seconds already left out (grader.sandbox)
     records = [record("a", timings={"notebook": 30.0, "frozen": 5.0, "build": 10.0, "compile": 2.0, "judge": 12.0,
                                     "gpu_exclusive": 6.0, "gpu_wait": 4.0}),
                record("b", timings={"notebook": 8.0})]  # crashed in its run: no build, no judge
-    assert tp.cpu_seconds(records[0]) == 30.0 - 5.0 + 10.0 + 2.0 + 12.0 - 4.0
+    assert tp.cpu_seconds(records[0]) == 30.0 + 10.0 + 2.0 + 12.0 - 4.0
+    assert tp.run_seconds(records[0]) == 35.0  # its slot is taken while it is frozen
     assert tp.build_seconds(records[0]) == 12.0
     cost = tp.notebook_costs(records, "batch")[tp.W1D7]
-    assert (cost.exclusive, cost.cpu, cost.run, cost.build) == (3.0, 26.5, 19.0, 6.0)
+    assert (cost.exclusive, cost.cpu, cost.run, cost.build) == (3.0, 29.0, 21.5, 6.0)
     assert (cost.samples, cost.exclusive_stage, cost.device) == (2, "gpu_exclusive", H100)
     judged_only = tp.notebook_costs([record(timings={"notebook": 30.0, "judge": 12.0})], "old")[tp.W1D7]
     assert (judged_only.exclusive, judged_only.exclusive_stage) == (12.0, "judge")
+
+
+def test_no_stage_of_the_model_is_negative_however_long_a_run_was_frozen():
+    # A Week 1 Day 7 run paused at the gate for longer than it ran (seen on an H100: C read -7.1 s when the frozen
+    # seconds were taken off a running time that already left them out).
+    frozen_long = record(timings={"notebook": 9.0, "frozen": 16.0, "build": 2.0, "judge": 7.0, "gpu_wait": 3.0,
+                                  "gpu_exclusive": 5.0})
+    cost = tp.notebook_costs([frozen_long], "batch")[tp.W1D7]
+    assert min(cost.exclusive, cost.cpu, cost.run, cost.build) >= 0 and cost.cpu == 15.0 and cost.run == 25.0
 
 
 def cost(notebook: str, exclusive: float, cpu: float, run: float = 20.0, build: float = 10.0,
@@ -197,12 +208,16 @@ def test_the_projection_is_the_largest_of_its_four_bounds():
     assert few_runs.bound == "runs" and few_runs.wall_seconds == n * 20.0 / 16
 
 
-def test_the_model_applied_to_a_measured_batch():
+def test_the_model_applied_to_a_measured_batch_is_its_ramp_plus_its_largest_bound():
     records = [record(timings={"notebook": 20.0, "judge": 10.0, "gpu_exclusive": 5.0}) for _ in range(4)]
     # GPU: 4 x 5 s; CPU: 4 x 30 s over 16 cores; runs: 4 x 20 s over 4 at once
-    assert tp.batch_model_seconds(records, tp.Machine("m", 1, 16, runs_per_gpu=8)) == 20.0
-    assert tp.batch_model_seconds(records, tp.Machine("m", 1, 16, runs_per_gpu=2)) == 40.0
-    assert tp.batch_model_seconds(records, tp.Machine("m", 1, 2, runs_per_gpu=8)) == 60.0
+    assert tp.batch_model(records, tp.Machine("m", 1, 16, runs_per_gpu=8)).wall_seconds == 20.0
+    assert tp.batch_model(records, tp.Machine("m", 1, 16, runs_per_gpu=2)).wall_seconds == 40.0
+    slow_cpus = tp.batch_model(records, tp.Machine("m", 1, 2, runs_per_gpu=8), ramp=12.5)
+    assert (slow_cpus.wall_seconds, slow_cpus.bound) == (72.5, "CPU")
+    schedule = {"timeline": {"holds": [{"gpu": 0, "start": 31.0, "end": 36.0}, {"gpu": 0, "start": 36.5, "end": 40.0},
+                                       {"gpu": 1, "start": 33.0, "end": 38.0}]}}
+    assert tp.ramp_seconds(schedule) == 33.0 and tp.ramp_seconds(None) == 0.0
 
 
 def _graded_work(work: Path, pipeline_scores: dict[str, float | None], pipeline_rate: float) -> None:
@@ -243,12 +258,15 @@ def test_the_script_reports_both_runs_their_differences_targets_and_projection(t
     assert list(marks.values()) == ["met", "NOT MET", "NOT MET", "met"]
     assert report["modes"]["pipeline"]["notebooks"] == 2 and report["comparison"]["seeds"] == [7]
     node = report["projection"]["machines"][1]
-    # 14 notebooks, each E = 8 s, C = 25 - 2 + 13 + 7 + 11 = 54 s, R = 25 s, B = 20 s; 8 GPUs, 128 cores
-    assert node["bounds_seconds"] == {"GPU": 4200 * 8.0 / 8, "CPU": 4200 * 54.0 / 128, "runs": 4200 * 25.0 / 48,
-                                      "builds": 4200 * 20.0 / 32}  # 6 runs and 4 builds per GPU
-    assert node["bound"] == "GPU" and "limits" in printed
-    check = report["projection"]["batch_check"]
-    assert (check["model_seconds"], check["measured_seconds"]) == (16.0, 40.0)  # 2 x 8 s of the GPU alone
+    n = 300 * len(report["projection"]["class_notebooks"])  # the course's notebooks, the bonus left out
+    # each notebook E = 8 s, C = 25 + 13 + 7 + 11 = 56 s (25 s of running), R = 25 + 2 frozen = 27 s, B = 20 s;
+    # 8 GPUs, 128 cores; the ramp: the batch's first hold at 10 s
+    assert node["bounds_seconds"] == {"GPU": n * 8.0 / 8, "CPU": n * 56.0 / 128, "runs": n * 27.0 / 48,
+                                      "builds": n * 20.0 / 32}  # 6 runs and 4 builds per GPU
+    assert node["bound"] == "GPU" and node["wall_seconds"] == 10.0 + n * 8.0 / 8 and "limits" in printed
+    [check] = report["projection"]["batch_checks"]
+    assert (check["model_seconds"], check["measured_seconds"]) == (26.0, 40.0)  # ramp 10 s + 2 x 8 s alone
+    assert check["error"] == pytest.approx(-0.35) and "error -35.0%" in printed
 
 
 def test_reuse_analyses_the_notebooks_the_batch_held(tmp_path, capsys):
