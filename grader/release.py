@@ -30,7 +30,7 @@ from nbgrader.preprocessors import (
 )
 from nbgrader.utils import is_solution
 
-from course import answers
+from course import answers, grading_table
 from grader.layout import CourseNotebook, course_notebooks
 
 NBFORMAT_VERSION = 4
@@ -220,10 +220,28 @@ def serialize(nb: NotebookNode) -> str:
     return nbformat.writes(nb, version=NBFORMAT_VERSION) + "\n"
 
 
+def tabled_solution(notebook: CourseNotebook) -> tuple[NotebookNode, list[str]]:
+    """The solution notebook with its grading table and every grade cell's points written from the table its specs
+    declare (``course.grading_table``), and what that changed (empty: the file already says it)."""
+    solution = read(notebook.solution_path)
+    table = grading_table.for_notebook(notebook.key)
+    if table is None:
+        return solution, []
+    try:
+        return solution, grading_table.apply(solution, table)
+    except ValueError as error:
+        raise ReleaseError(str(error)) from None
+
+
 def release(notebooks: list[CourseNotebook] | None = None) -> list[Path]:
-    """Write every student notebook from its solution; returns the paths written."""
+    """Write every solution's grading table and points from its specs, then every student notebook from its
+    solution; returns the paths written."""
     written = []
     for notebook in notebooks or course_notebooks():
+        solution, changed = tabled_solution(notebook)
+        if changed:
+            notebook.solution_path.write_text(serialize(solution), encoding="utf-8")
+            written.append(notebook.solution_path)
         notebook.student_path.parent.mkdir(parents=True, exist_ok=True)
         notebook.student_path.write_text(serialize(student_version(notebook)), encoding="utf-8")
         written.append(notebook.student_path)
@@ -231,9 +249,14 @@ def release(notebooks: list[CourseNotebook] | None = None) -> list[Path]:
 
 
 def drifted(notebooks: list[CourseNotebook] | None = None) -> list[str]:
-    """Student notebooks that are missing or differ from what release would write now."""
+    """Solution notebooks whose grading table or points differ from their specs', and student notebooks that are
+    missing or differ from what release would write now."""
     problems = []
     for notebook in notebooks or course_notebooks():
+        changed = tabled_solution(notebook)[1]
+        if changed:
+            problems.append(f"{notebook.solution_path} differs from its specs ({'; '.join(changed)}): "
+                            "run `make release`")
         path = notebook.student_path
         if not path.exists():
             problems.append(f"{path} is missing: run `make release`")

@@ -1,57 +1,70 @@
-"""Each notebook's grading table says what its spec grades: a threshold's row states the spec's points and, where it
-states bands at all, the spec's levels ("the same steps": the row above's). Written by hand, the tables drifted."""
+"""Each notebook's grading table and every grade cell's points are written by `make release` from the table its specs
+declare (course.grading_table): a hand edit of either, in a solution notebook, fails here until release writes it
+again. Written by hand, the tables drifted from what the specs grade."""
 
 from __future__ import annotations
 
-import re
+import copy
 
 import nbformat
 import pytest
 
+from course import grading_table
 from course import spec as specs
+from grader import release
 from grader.layout import course_notebooks
 
-ROW = re.compile(r"^\|\s*`(?P<name>[a-z_0-9]+)`\s*\|(?P<text>.*)\|\s*(?P<points>[0-9.]+)\s*\|\s*$")
-TIMED = [nb for nb in course_notebooks() if any(s.thresholds for s in specs.for_notebook(nb.key))]
+GRADED = [nb for nb in course_notebooks()
+          if any(c.metadata.get("nbgrader", {}).get("grade") for c in release.read(nb.solution_path).cells)]
+DAY7 = next(nb for nb in GRADED if nb.key == "week1/day7_fast_matmul")
 
 
-def _rows(notebook) -> list[tuple[str, str, float]]:
-    cells = nbformat.read(str(notebook.solution_path), as_version=4).cells
-    lines = [line for cell in cells if cell.cell_type == "markdown" for line in cell.source.splitlines()]
-    return [(m["name"], m["text"], float(m["points"])) for line in lines if (m := ROW.match(line.strip()))]
+@pytest.mark.parametrize("notebook", GRADED, ids=lambda nb: nb.key)
+def test_every_graded_notebook_declares_its_table(notebook):
+    assert grading_table.for_notebook(notebook.key) is not None, \
+        f"{notebook.key}: no GradingTable in its spec module (course/grading_table.py says how)"
 
 
-def test_the_tables_state_most_thresholds_bands():  # the check above is not vacuous
-    stated = [text for nb in TIMED for name, text, _ in _rows(nb) if _stated_levels(text, "vs_baseline")]
-    assert len(stated) >= 10
+@pytest.mark.parametrize("notebook", GRADED, ids=lambda nb: nb.key)
+def test_the_solution_states_the_table_and_points_release_writes(notebook):
+    if grading_table.for_notebook(notebook.key) is None:
+        pytest.skip(f"{notebook.key} declares no table (the test above fails): NOT CHECKED")
+    _, changed = release.tabled_solution(notebook)
+    assert changed == [], f"{notebook.key} was edited by hand ({changed}): run `make release`"
 
 
-def _stated_levels(text: str, kind: str) -> list[float] | None:
-    """The band levels a row's text states (fractions for a ratio, the number for an absolute floor), or None."""
-    if kind == "absolute":
-        found = re.findall(r"at least ([0-9][0-9,.]*)", text)
-        return [float(f.replace(",", "")) for f in found] or None
-    found = re.findall(r"([0-9]+(?:\.[0-9]+)?)%", text)
-    return [float(f) / 100 for f in found] or None
+def test_a_hand_edit_of_a_row_or_of_points_is_found_and_written_back():
+    table = grading_table.for_notebook(DAY7.key)
+    nb = release.read(DAY7.solution_path)
+    grading_table.apply(nb, table)
+    edited = copy.deepcopy(nb)
+    floor = "perf_w1d7_matmul_fp32_floor"
+    perf = next(c for c in edited.cells if c.metadata.get("nbgrader", {}).get("grade_id") == floor)
+    perf.metadata.nbgrader["points"] = 3
+    holder = next(c for c in edited.cells if c.cell_type == "markdown" and grading_table.HEADER[0] in c.source)
+    holder.source = holder.source.replace("| `floor` | at least 500 GFLOP/s | 1 |",
+                                          "| `floor` | at least 400 GFLOP/s | 1 |")
+    assert grading_table.apply(edited, table) == ["perf_w1d7_matmul_fp32_floor: points 3 -> 1", "the grading table"]
+    assert nbformat.writes(edited) == nbformat.writes(nb)
 
 
-@pytest.mark.parametrize("notebook", TIMED, ids=lambda nb: nb.key)
-def test_each_threshold_row_states_the_specs_points_and_bands(notebook):
-    thresholds = {t.name: t for s in specs.for_notebook(notebook.key) for t in s.thresholds}
-    rows = [row for row in _rows(notebook) if row[0] in thresholds]
-    if not rows:
-        pytest.skip(f"{notebook.key} has no grading table (nothing it states can drift): NOT CHECKED")
-    assert {name for name, _, _ in rows} == set(thresholds), f"{notebook.key}: a threshold without a table row"
-    previous = None
-    for name, text, points in rows:
-        threshold = thresholds[name]
-        assert points == threshold.points, f"{notebook.key} {name}: the table gives {points} points"
-        levels = [level for level, _ in threshold.bands]
-        stated = _stated_levels(text, threshold.kind)
-        if stated is not None:
-            assert stated == pytest.approx(levels), f"{notebook.key} {name}: the table says {stated}, the spec " \
-                                                    f"grades {levels}"
-        elif "the same steps" in text:
-            assert previous is not None and levels == [level for level, _ in previous.bands], \
-                f"{notebook.key} {name}: 'the same steps' as the row above, but the spec grades {levels}"
-        previous = threshold
+def test_a_threshold_row_states_the_specs_steps_and_points():
+    lines = grading_table.for_notebook(DAY7.key).lines()
+    assert "| `floor` | at least 500 GFLOP/s | 1 |" in lines
+    assert ("| `vs_cublas` | your speed / cuBLAS fp32 speed: 25%, 40%, 55%, 70% earn a quarter, half, three quarters, "
+            "all | 2 |") in lines
+    assert ("| `vs_reference` | your speed / the course's reference kernel: 30%, 50%, 70%, 85% earn the same steps "
+            "| 2 |") in lines
+
+
+def test_a_table_must_name_every_grade_cell_of_its_notebook():
+    table = grading_table.for_notebook(DAY7.key)
+    short = grading_table.GradingTable(DAY7.key, table.rows[:-1])  # no understanding check
+    with pytest.raises(ValueError, match="test_a_reads"):
+        grading_table.apply(release.read(DAY7.solution_path), short)
+
+
+def test_one_row_states_one_set_of_steps():
+    day7 = specs.get("w1d7.matmul_fp32")
+    with pytest.raises(ValueError, match="one set of steps"):
+        grading_table.Speed("both", "", ((day7, "vs_cublas"), (day7, "vs_reference")))

@@ -105,3 +105,29 @@ def test_a_cell_whose_only_region_is_reference_only_is_refused():
     resources = {"nbgrader": {"assignment": "a", "notebook": "n"}, "language": "python"}
     with pytest.raises(release.ReleaseError, match="needs a region the student writes"):
         release.ClearSolutionsAndAnswers().preprocess_cell(cell, resources, 0)
+
+
+def _grade_cell(nb, grade_id: str):
+    return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
+
+
+def test_release_writes_the_solutions_table_and_points_from_its_specs(tmp_path, monkeypatch):
+    # On a copy of one solution: a hand-edited points value and table row are written back, then the student copy.
+    from grader import layout
+
+    notebook = next(nb for nb in NOTEBOOKS if nb.key == "week1/day7_fast_matmul")
+    floor, row = "perf_w1d7_matmul_fp32_floor", "| `floor` | at least 500 GFLOP/s | {} |"
+    solution = release.read(notebook.solution_path)
+    _grade_cell(solution, floor).metadata.nbgrader["points"] = 5
+    table = next(c for c in solution.cells if c.cell_type == "markdown" and row.format(1) in c.source)
+    table.source = table.source.replace(row.format(1), row.format(5))
+    monkeypatch.setattr(layout, "SOLUTIONS", tmp_path / "solutions")
+    monkeypatch.setattr(layout, "REPO", tmp_path)
+    copied = notebook.solution_path
+    copied.parent.mkdir(parents=True)
+    copied.write_text(release.serialize(solution), encoding="utf-8")
+    assert release.drifted([notebook])[0].startswith(f"{copied} differs from its specs ({floor}: points 5 -> 1")
+    assert release.release([notebook]) == [copied, notebook.student_path]
+    written = release.read(copied)
+    assert _grade_cell(written, floor).metadata.nbgrader["points"] == 1 and row.format(1) in written.cells[0].source
+    assert release.drifted([notebook]) == []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from course import grading_table
 from course.exercises import matmul
 from course.spec import ShapeSet, floor, register, vs_library, vs_reference
 
@@ -44,3 +45,40 @@ SPEC = register(
 # cuBLAS SGEMM with TF32 off (the library doing what the exercise asks), and the inputs: the names Day 6's
 # notebook, the SGEMM ladder and the benches use.
 make_inputs, cublas_fp32 = SPEC.make_inputs, SPEC.baseline
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week1/day7_fast_matmul",
+    (
+        grading_table.Cells(
+            "visible correctness",
+            "the shapes printed by the check below",
+            {"test_matmul_visible": 2},
+        ),
+        grading_table.Cells(
+            "hidden correctness",
+            "more shapes: non-square, single rows, sizes that are not a multiple of any tile",
+            {"test_matmul_hidden": 3},
+        ),
+        grading_table.Speed(
+            "`floor`",
+            "",
+            ((SPEC, "floor"),),
+        ),
+        grading_table.Speed(
+            "`vs_cublas`",
+            "your speed / cuBLAS fp32 speed",
+            ((SPEC, "vs_cublas"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your speed / the course's reference kernel",
+            ((SPEC, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_flops_4096": 1, "test_a_reads": 1, "test_step_intensity": 1, "test_tf32": 1},
+        ),
+    ),
+))

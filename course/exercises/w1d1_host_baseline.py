@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from course import grading_table
 from course.spec import Inputs, Shape, host_exercise, register
 
 NOTEBOOK = "week1/day1_host_baseline"
@@ -211,3 +212,41 @@ TIMER = register(
         accept=accept_time,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week1/day1_host_baseline",
+    (
+        grading_table.Cells(
+            "`test_matmul_naive_visible`",
+            "`matmul_naive` on the shapes printed by its check",
+            {"test_matmul_naive_visible": 2},
+        ),
+        grading_table.Cells(
+            "`test_matmul_naive_hidden`",
+            "more shapes: `1 x 1 x 1`, a single column, `K = 1`, odd sizes, two drawn per grading run",
+            {"test_matmul_naive_hidden": 2},
+        ),
+        grading_table.Cells(
+            "`test_timer_visible`",
+            "`median_time_ms` on the workloads printed by its check",
+            {"test_timer_visible": 2},
+        ),
+        grading_table.Cells(
+            "`test_timer_hidden`",
+            "more workloads, one of them drawn per grading run",
+            {"test_timer_hidden": 2},
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "five short answers at the end",
+            {
+                "test_matmul_flops": 1,
+                "test_matmul_bytes": 1,
+                "test_saxpy_bytes": 1,
+                "test_gflops_from_time": 1,
+                "test_mean_of_all": 1,
+            },
+        ),
+    ),
+))

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from course import grading_table
 from course.exercises import async_device
 from course.spec import Inputs, Shape, ShapeSet, host_exercise, register
 
@@ -109,3 +110,25 @@ SPEC = register(
         accept=accept,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week1/day2_gpu_arrays",
+    (
+        grading_table.Cells(
+            "visible correctness",
+            "your `gpu_time_ms` on the three durations printed by the check below",
+            {"test_gpu_time_visible": 2},
+        ),
+        grading_table.Cells(
+            "hidden correctness",
+            "more durations, two of them drawn afresh for each grading run",
+            {"test_gpu_time_hidden": 3},
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_copy_ms": 1, "test_copy_vs_add": 1, "test_waiting_lines": 1, "test_overlapped_ms": 1},
+        ),
+    ),
+))

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from course import peaks
+from course import grading_table, peaks
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, host_exercise, register
 
 # ---------------------------------------------------------------------------------------------------
@@ -169,3 +169,35 @@ COORDINATES = register(
         rate_unit="GB/s",
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week1/day3_the_machine",
+    (
+        grading_table.Cells(
+            "`test_peak_visible`",
+            "`peak_fp32_tflops` on the GPUs printed by the check",
+            {"test_peak_visible": 1},
+        ),
+        grading_table.Cells(
+            "`test_peak_hidden`",
+            "other GPUs, and hypothetical parts with other SM counts and clocks",
+            {"test_peak_hidden": 1},
+        ),
+        grading_table.Cells(
+            "`test_coordinates_visible`",
+            "`program_coordinates` on the grids printed by the check",
+            {"test_coordinates_visible": 2},
+        ),
+        grading_table.Cells(
+            "`test_coordinates_hidden`",
+            "more grids: one program, long thin grids, and on a GPU the launch limits",
+            {"test_coordinates_hidden": 2},
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers on warps, occupancy and divergence",
+            {"test_warps_for_200_threads": 1, "test_resident_blocks": 1, "test_occupancy": 1, "test_lanes_busy": 1},
+        ),
+    ),
+))

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from course import grading_table
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register, vs_library, vs_reference
 
 DIMS = ("n", "x_step", "y_step")
@@ -149,3 +150,46 @@ ADD = register(_exercise("vector_add", "Vector add", 1.0, make_inputs=make_add_i
                          baseline=torch_add, baseline_name="torch add"))
 SAXPY = register(_exercise("saxpy", "SAXPY", 2.0, make_inputs=make_saxpy_inputs, reference=saxpy_reference,
                            baseline=torch_saxpy, baseline_name="torch add (alpha)"))
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week1/day4_first_triton_kernel",
+    (
+        grading_table.Cells(
+            "vector add, visible",
+            "the shapes printed by its check below",
+            {"test_vector_add_visible": 2},
+        ),
+        grading_table.Cells(
+            "vector add, hidden",
+            ("more lengths (2, primes, a power of two, one length drawn afresh for every grading run) and strided "
+             "views of `x`, `y` or both"),
+            {"test_vector_add_hidden": 3},
+        ),
+        grading_table.Cells(
+            "SAXPY, visible",
+            "the same visible shapes, with an `alpha` made from each length",
+            {"test_saxpy_visible": 1},
+        ),
+        grading_table.Cells(
+            "SAXPY, hidden",
+            "the hidden shapes",
+            {"test_saxpy_hidden": 2},
+        ),
+        grading_table.Speed(
+            "`vs_torch`, for add and for SAXPY",
+            "your bandwidth as a fraction of `torch.add`'s, same run",
+            ((ADD, "vs_torch"), (SAXPY, "vs_torch"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`, for add and for SAXPY",
+            "your bandwidth as a fraction of the course's reference kernel's, same run",
+            ((ADD, "vs_reference"), (SAXPY, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_programs_needed": 1, "test_masked_lanes": 1, "test_saxpy_intensity": 1, "test_add_gbps": 1},
+        ),
+    ),
+))

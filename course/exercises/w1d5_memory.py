@@ -13,6 +13,7 @@ import random
 
 import torch
 
+from course import grading_table
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
 
 # Held from import time (before any student code runs), so rebinding them later cannot slow the baselines.
@@ -172,3 +173,45 @@ EVERY_KTH = register(
         draw_hidden=draw_every_kth_hidden,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week1/day5_memory",
+    (
+        grading_table.Cells(
+            "copy, visible",
+            "the lengths printed by the check below",
+            {"test_copy_visible": 2},
+        ),
+        grading_table.Cells(
+            "copy, hidden",
+            "more lengths: odd ones, one off a multiple of a block, a few elements",
+            {"test_copy_hidden": 2},
+        ),
+        grading_table.Speed(
+            "`vs_torch`",
+            "your copy's bandwidth / torch's device copy",
+            ((COPY, "vs_torch"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your copy's bandwidth / the course's reference copy",
+            ((COPY, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "every k-th, visible",
+            "the (N, K) pairs printed by its check",
+            {"test_every_kth_visible": 1},
+        ),
+        grading_table.Cells(
+            "every k-th, hidden",
+            "more pairs, K up to 64",
+            {"test_every_kth_hidden": 1},
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_saxpy_intensity": 1, "test_h100_fp16_ridge": 1, "test_fma_repeats": 1, "test_warp_sectors": 1},
+        ),
+    ),
+))

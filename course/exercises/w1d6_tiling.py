@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from course import grading_table
 from course.exercises import matmul
 from course.exercises.matmul_fp32 import draw_hidden
 from course.spec import Shape, ShapeSet, floor, register, vs_reference
@@ -66,3 +67,41 @@ SPEC = register(
         forbidden_calls=("tl.dot", "tl.dot_scaled"),
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week1/day6_tiling",
+    (
+        grading_table.Cells(
+            "visible correctness",
+            "the shapes printed by the check in section 3",
+            {"test_tiled_visible": 2},
+        ),
+        grading_table.Cells(
+            "hidden correctness",
+            "more shapes: non-square, a single row or column, sides that no tile divides",
+            {"test_tiled_hidden": 3},
+        ),
+        grading_table.Speed(
+            "`floor`",
+            "an absolute speed floor",
+            ((SPEC, "floor"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your speed / the course's reference kernel, same run",
+            ((SPEC, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "traffic questions",
+            "five short answers in section 7",
+            {
+                "test_untiled_bytes": 1,
+                "test_tiled_bytes": 1,
+                "test_reduction": 1,
+                "test_best_block_m": 1,
+                "test_sum_form": 1,
+            },
+        ),
+    ),
+))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from course import grading_table
 from course.exercises import matmul
 from course.exercises.matmul_fp32 import draw_hidden
 from course.spec import ExerciseSpec, ShapeSet, register, vs_library
@@ -98,3 +99,19 @@ def _spec(version: str) -> ExerciseSpec:
 
 
 SPECS = {version: register(_spec(version)) for version in VERSIONS}
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    NOTEBOOK,
+    (
+        grading_table.Cells("each version, visible shapes", "a single element, sizes no multiple of any tile, a square",
+                            {f"test_sgemm_{v}_visible": 1 for v in VERSIONS}),
+        grading_table.Cells("each version, hidden shapes", "more odd, thin and non-square sizes",
+                            {f"test_sgemm_{v}_hidden": 1 for v in VERSIONS}),
+        *(grading_table.Speed(f"`vs_cublas`, {v}", "your speed / cuBLAS fp32, same run", ((SPECS[v], "vs_cublas"),))
+          for v in VERSIONS),
+        grading_table.Cells("understanding check", "four short answers",
+                            {"test_b_loads_v3": 1, "test_v5_a_read_passes": 1, "test_v6b_shared_bytes": 1,
+                             "test_row1_float4_aligned": 1}),
+    ),
+))

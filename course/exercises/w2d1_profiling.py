@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import random
 
+from course import grading_table
 from course.exercises.kernel_measurement import Measurement
 from course.spec import TOLERANCES, Inputs, Shape, host_exercise, register
 
@@ -147,3 +148,35 @@ ROOF_FRACTION = register(
         **_COMMON,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week2/day1_profiling",
+    (
+        grading_table.Cells(
+            "`classify`, visible",
+            "one measurement of each kind printed by the check",
+            {"test_classify_visible": 2},
+        ),
+        grading_table.Cells(
+            "`classify`, hidden",
+            "more measurements, several of them within 3% of the ridge point",
+            {"test_classify_hidden": 3},
+        ),
+        grading_table.Cells(
+            "`roof_fraction`, visible",
+            "the same measurements",
+            {"test_roof_fraction_visible": 2},
+        ),
+        grading_table.Cells(
+            "`roof_fraction`, hidden",
+            "the same hidden measurements",
+            {"test_roof_fraction_hidden": 3},
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_ridge_h100": 1, "test_steps_at_ridge": 1, "test_bandwidth_gbps": 1, "test_low_both": 1},
+        ),
+    ),
+))

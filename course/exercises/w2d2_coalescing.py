@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 
+from course import grading_table
 from course.exercises import transpose
 from course.spec import Shape, ShapeSet, register, vs_library, vs_reference
 
@@ -73,3 +74,35 @@ SPEC = register(
         draw_hidden=draw_hidden,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week2/day2_coalescing",
+    (
+        grading_table.Cells(
+            "visible correctness",
+            "the shapes printed by the check below",
+            {"test_transpose_visible": 2},
+        ),
+        grading_table.Cells(
+            "hidden correctness",
+            "more shapes: single rows and columns, sides that are no multiple of a tile",
+            {"test_transpose_hidden": 3},
+        ),
+        grading_table.Speed(
+            "`vs_copy`",
+            "your GB/s over torch copying the same matrix",
+            ((SPEC, "vs_copy"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your GB/s over the course's reference transpose",
+            ((SPEC, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "three short answers at the end",
+            {"test_sectors_naive_read": 1, "test_bytes_transpose": 1, "test_useful_stride_2": 1},
+        ),
+    ),
+))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+from course import grading_table
 from course.exercises import transpose
 from course.spec import Shape, ShapeSet, register, vs_library, vs_reference
 
@@ -68,3 +69,35 @@ SPEC = register(
         language="cuda",
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week2/day3_bank_conflicts",
+    (
+        grading_table.Cells(
+            "visible correctness",
+            "`transpose_padded` on the shapes printed by the check below",
+            {"test_transpose_visible": 2},
+        ),
+        grading_table.Cells(
+            "hidden correctness",
+            "more shapes: thin, odd-sized, a single element",
+            {"test_transpose_hidden": 3},
+        ),
+        grading_table.Speed(
+            "`vs_copy`",
+            "your bandwidth as a fraction of torch copying the same matrix",
+            ((SPEC, "vs_copy"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your bandwidth as a fraction of the course's padded kernel",
+            ((SPEC, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_shared_bytes": 1, "test_bank_of_5_7": 1, "test_passes_width_40": 1, "test_row_read": 1},
+        ),
+    ),
+))

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from course import grading_table
 from course.exercises import matmul
 from course.spec import Inputs, Shape, ShapeSet, host_exercise, register, vs_library, vs_reference
 
@@ -134,3 +135,45 @@ SMEM = register(
         accept=accept_bytes,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week2/day4_pipelining",
+    (
+        grading_table.Cells(
+            "`smem_bytes`, visible",
+            "the tiles printed by its check",
+            {"test_smem_bytes_visible": 1},
+        ),
+        grading_table.Cells(
+            "`smem_bytes`, hidden",
+            "more tiles, drawn afresh for every grading run",
+            {"test_smem_bytes_hidden": 1},
+        ),
+        grading_table.Cells(
+            "matmul, visible",
+            "the shapes printed by its check",
+            {"test_matmul_visible": 2},
+        ),
+        grading_table.Cells(
+            "matmul, hidden",
+            "more shapes: non-square, single rows, sizes that are no multiple of a tile",
+            {"test_matmul_hidden": 2},
+        ),
+        grading_table.Speed(
+            "`vs_cublas`",
+            "your speed / cuBLAS fp16",
+            ((MATMUL, "vs_cublas"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your speed / the course's reference kernel",
+            ((MATMUL, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_max_stages": 1, "test_programs_per_sm": 1, "test_stages_to_hide": 1, "test_more_stages": 1},
+        ),
+    ),
+))

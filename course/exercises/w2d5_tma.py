@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from course import grading_table
 from course.exercises import matmul
 from course.spec import ShapeSet, register, vs_library, vs_reference
 
@@ -64,3 +65,35 @@ SPEC = register(
 # cuBLAS HGEMM accumulating in fp32 throughout (reduced-precision reductions off), and the inputs: the names the
 # tests and benches use.
 make_inputs, cublas_fp16 = SPEC.make_inputs, SPEC.baseline
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week2/day5_tma",
+    (
+        grading_table.Cells(
+            "visible correctness",
+            "the shapes printed by the check below; on a Hopper GPU two go through TMA and one through the fallback",
+            {"test_matmul_tma_visible": 2},
+        ),
+        grading_table.Cells(
+            "hidden correctness",
+            "more shapes for each path: edge tiles in M, N and K, an output narrower than a tile, odd sizes",
+            {"test_matmul_tma_hidden": 3},
+        ),
+        grading_table.Speed(
+            "`vs_cublas`",
+            "your speed / cuBLAS fp16 speed",
+            ((SPEC, "vs_cublas"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your speed / the course's reference TMA kernel",
+            ((SPEC, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_tma_min_major": 1, "test_k_multiple": 1, "test_box_bytes": 1, "test_edge_rows": 1},
+        ),
+    ),
+))

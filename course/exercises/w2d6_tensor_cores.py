@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from course import grading_table
 from course.exercises import matmul
 
 # Week 1 Day 7's hidden-shape rule serves here unchanged: two odd shapes per run (each side 1, a prime or an odd
@@ -87,3 +88,60 @@ BF16 = register(_spec("bf16", torch.bfloat16))
 # notebook's tests and the benches use.
 fp16_inputs, cublas_fp16 = FP16.make_inputs, FP16.baseline
 bf16_inputs, cublas_bf16 = BF16.make_inputs, BF16.baseline
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week2/day6_tensor_cores",
+    (
+        grading_table.Cells(
+            "fp16, visible",
+            "`matmul_fp16` on the shapes printed by its check",
+            {"test_matmul_fp16_visible": 2},
+        ),
+        grading_table.Cells(
+            "fp16, hidden",
+            "more shapes: non-square, single rows, odd sizes, and on a GPU one reduction of about a million",
+            {"test_matmul_fp16_hidden": 2},
+        ),
+        grading_table.Cells(
+            "bf16, visible",
+            "`matmul_bf16` on the shapes printed by its check",
+            {"test_matmul_bf16_visible": 1},
+        ),
+        grading_table.Cells(
+            "bf16, hidden",
+            "the same hidden shapes",
+            {"test_matmul_bf16_hidden": 1},
+        ),
+        grading_table.Speed(
+            "fp16 `vs_cublas`",
+            "your speed / cuBLAS fp16",
+            ((FP16, "vs_cublas"),),
+        ),
+        grading_table.Speed(
+            "fp16 `vs_reference`",
+            "your speed / the course's reference kernel",
+            ((FP16, "vs_reference"),),
+        ),
+        grading_table.Speed(
+            "bf16 `vs_cublas`",
+            "as for fp16, against cuBLAS bf16",
+            ((BF16, "vs_cublas"),),
+        ),
+        grading_table.Speed(
+            "bf16 `vs_reference`",
+            "as for fp16",
+            ((BF16, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {
+                "test_fp16_unit_roundoff": 1,
+                "test_bf16_unit_roundoff": 1,
+                "test_bf16_error_exponent": 1,
+                "test_fp16_accumulator_growth": 1,
+            },
+        ),
+    ),
+))

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from course import grading_table
 from course.exercises import matmul
 from course.exercises.w2d6_tensor_cores import LARGE_K
 from course.spec import Inputs, Shape, ShapeSet, host_exercise, register, vs_library, vs_reference
@@ -173,3 +174,45 @@ MATMUL_FP16 = register(
 )
 
 make_inputs, cublas_fp16 = MATMUL_FP16.make_inputs, MATMUL_FP16.baseline  # the names the tests and benches use
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week2/day7_optimized_gemm",
+    (
+        grading_table.Cells(
+            "`tile_order`, visible",
+            "the grids printed by the check below",
+            {"test_tile_order_visible": 1},
+        ),
+        grading_table.Cells(
+            "`tile_order`, hidden",
+            "more grids: groups that do not divide the rows, one group, plain row-major order",
+            {"test_tile_order_hidden": 2},
+        ),
+        grading_table.Cells(
+            "`matmul_fp16`, visible",
+            "the shapes printed by the check below",
+            {"test_matmul_fp16_visible": 2},
+        ),
+        grading_table.Cells(
+            "`matmul_fp16`, hidden",
+            "more shapes: non-square, odd sides, rows not 16-byte aligned, a very long K",
+            {"test_matmul_fp16_hidden": 3},
+        ),
+        grading_table.Speed(
+            "`vs_cublas`",
+            "your speed / cuBLAS fp16",
+            ((MATMUL_FP16, "vs_cublas"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your speed / the course's reference kernel",
+            ((MATMUL_FP16, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_stage_bytes": 1, "test_stages_that_fit": 1, "test_last_wave_sms": 1, "test_first_wave_panels": 1},
+        ),
+    ),
+))
