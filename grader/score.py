@@ -136,5 +136,7 @@ def perf_rows(verdict: dict[str, Any] | None) -> list[dict[str, Any]]:
                          "unit": spec.rate_unit, "baseline_name": spec.baseline_name,
                          "student_rate": rate(row["work"], row.get("student_ms")),
                          "baseline_rate": rate(row["work"], row.get("baseline_ms")),
-                         "reference_rate": rate(row["work"], row.get("reference_ms"))})
+                         "reference_rate": rate(row["work"], row.get("reference_ms")),
+                         # an autotuned kernel: the configurations the judge timed and the one it graded
+                         **{k: row[k] for k in ("configs", "reference_configs") if k in row}})
     return rows
