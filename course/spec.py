@@ -35,7 +35,7 @@ RATE_UNITS = ("GFLOP/s", "GB/s")
 KINDS = ("kernel", "host")
 LANGUAGES = ("triton", "cuda")  # what a "kernel" spec's kernels are written in
 
-THRESHOLD_KINDS = ("absolute", "vs_baseline", "vs_reference")
+THRESHOLD_KINDS = ("absolute", "vs_library", "vs_reference")
 
 
 _CREDIT_WORDS = {0.25: "a quarter", 0.5: "half", 0.75: "three quarters", 1.0: "all"}
@@ -56,7 +56,7 @@ class ShapeTimes:
 class Threshold:
     """One performance item. ``bands`` maps a measured level to the fraction of ``points`` earned.
 
-    The level is the spec's rate (GFLOP/s or GB/s) for "absolute"; for "vs_baseline" (cuBLAS or torch, same run) and
+    The level is the spec's rate (GFLOP/s or GB/s) for "absolute"; for "vs_library" (cuBLAS or torch, same run) and
     "vs_reference" (the course's reference solution, same run) it is the geometric mean over the
     benchmark shapes of the per-shape speed ratio. Its description, in the grader's feedback and the notebook's
     own report, is made from these fields, so it cannot state other bands than the ones graded.
@@ -67,7 +67,7 @@ class Threshold:
     points: float
     bands: tuple[tuple[float, float], ...]
     precision: str
-    versus: str = ""  # what a "vs_baseline" ratio is measured against, as its description names it
+    library: str = ""  # what a "vs_library" ratio is measured against, as its description names it
     unit: str = "GFLOP/s"  # the spec's rate_unit: GFLOP/s (speed) or GB/s (bandwidth)
 
     def __post_init__(self) -> None:
@@ -75,8 +75,8 @@ class Threshold:
             raise ValueError(f"threshold kind must be one of {THRESHOLD_KINDS}, not {self.kind!r}")
         if self.unit not in RATE_UNITS:
             raise ValueError(f"threshold unit must be one of {RATE_UNITS}, not {self.unit!r}")
-        if self.kind == "vs_baseline" and not self.versus:
-            raise ValueError(f"threshold {self.name} must say which library it is measured against (versus)")
+        if self.kind == "vs_library" and not self.library:
+            raise ValueError(f"threshold {self.name} must say which library it is measured against")
         levels = [level for level, _ in self.bands]
         credits = [credit for _, credit in self.bands]
         if levels != sorted(levels) or credits != sorted(credits) or not 0 < credits[-1] <= 1:
@@ -92,8 +92,8 @@ class Threshold:
             level = f"{self.full_level:g} {self.unit} (geometric mean over the benchmark shapes)"
             return f"at least {level}" if len(self.bands) == 1 else f"full points at {level}"
         quantity = "speed" if self.unit == "GFLOP/s" else "bandwidth"
-        versus = self.versus if self.kind == "vs_baseline" else "the reference solution"
-        return f"{quantity} as a fraction of {versus}, same run; full points at {self.full_level * 100:g}%"
+        against = self.library if self.kind == "vs_library" else "the reference solution"
+        return f"{quantity} as a fraction of {against}, same run; full points at {self.full_level * 100:g}%"
 
     @property
     def bands_text(self) -> str:
@@ -121,7 +121,7 @@ class Threshold:
         other side was not measured."""
         if self.kind == "absolute":
             return geometric_mean([rate(s.work, s.student_ms) for s in shapes])
-        library = self.kind == "vs_baseline"
+        library = self.kind == "vs_library"
         missing = [s.shape for s in shapes if not (s.library_ms if library else s.reference_ms)]
         if missing:
             raise LookupError(f"the {'library baseline' if library else 'reference solution'} "
@@ -133,7 +133,7 @@ class Threshold:
         """A measured level in words: "812 GFLOP/s", "0.74 of cuBLAS", "0.91 of the reference solution"."""
         if self.kind == "absolute":
             return f"{level:.0f} {self.unit}"
-        return f"{level:.2f} of {library_name if self.kind == 'vs_baseline' else 'the reference solution'}"
+        return f"{level:.2f} of {library_name if self.kind == 'vs_library' else 'the reference solution'}"
 
     def credit(self, level: float) -> float:
         """Fraction of the points earned at a measured level (0 below the lowest band)."""
@@ -152,10 +152,10 @@ def floor(level: float, precision: str, points: float = 1.0, unit: str = "GFLOP/
     return Threshold("floor", "absolute", points, ((level, 1.0),), precision, unit=unit)
 
 
-def vs_library(name: str, versus: str, points: float, bands: tuple[tuple[float, float], ...], precision: str,
+def vs_library(name: str, library: str, points: float, bands: tuple[tuple[float, float], ...], precision: str,
                unit: str = "GFLOP/s") -> Threshold:
-    """Points for the speed as a fraction of the library's (``versus``), same run."""
-    return Threshold(name, "vs_baseline", points, bands, precision, versus, unit)
+    """Points for the speed as a fraction of the library's (``library``, as the description names it), same run."""
+    return Threshold(name, "vs_library", points, bands, precision, library, unit)
 
 
 def vs_reference(points: float, bands: tuple[tuple[float, float], ...], precision: str,

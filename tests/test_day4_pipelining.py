@@ -192,7 +192,7 @@ def test_shape_sets_cover_the_edges():
 
 def test_thresholds_name_their_precision_and_grade_cells():
     vs_cublas, vs_reference = MATMUL.threshold("vs_cublas"), MATMUL.threshold("vs_reference")
-    assert vs_cublas.kind == "vs_baseline" and vs_reference.kind == "vs_reference"
+    assert vs_cublas.kind == "vs_library" and vs_reference.kind == "vs_reference"
     assert vs_cublas.full_level == 0.60 and vs_reference.full_level == 0.70
     assert all("fp16" in t.precision and "fp32 accumulation" in t.precision for t in MATMUL.thresholds)
     assert MATMUL.grade_id(vs_cublas) == "perf_w2d4_matmul_fp16_vs_cublas"

@@ -126,7 +126,7 @@ def test_benchmark_lengths_are_far_past_an_h100_l2():
 
 def test_thresholds_name_their_precision_and_full_marks():
     vs_torch, vs_reference = day5.COPY.threshold("vs_torch"), day5.COPY.threshold("vs_reference")
-    assert vs_torch.kind == "vs_baseline" and vs_reference.kind == "vs_reference"
+    assert vs_torch.kind == "vs_library" and vs_reference.kind == "vs_reference"
     assert vs_torch.full_level == 0.75 and vs_reference.full_level == 0.80
     assert vs_torch.credit(0.2) == 0.0 and vs_torch.credit(0.7) == 0.75 and vs_torch.credit(0.95) == 1.0
     assert all("exact" in t.precision for t in day5.COPY.thresholds)

@@ -125,7 +125,7 @@ def test_shape_sets_cover_the_edges():
 def test_thresholds_name_their_precision_and_full_marks():
     for exercise, label in ((day6.FP16, "fp16"), (day6.BF16, "bf16")):
         vs_cublas, vs_reference = exercise.threshold("vs_cublas"), exercise.threshold("vs_reference")
-        assert vs_cublas.kind == "vs_baseline" and vs_reference.kind == "vs_reference"
+        assert vs_cublas.kind == "vs_library" and vs_reference.kind == "vs_reference"
         assert vs_cublas.full_level == 0.60 and vs_reference.full_level == 0.85
         assert vs_cublas.credit(0.1) == 0.0 and vs_cublas.credit(0.55) == 0.75 and vs_cublas.credit(0.9) == 1.0
         for threshold in exercise.thresholds:

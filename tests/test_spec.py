@@ -33,7 +33,7 @@ def test_threshold_rejects_bands_that_do_not_rise():
     with pytest.raises(ValueError):
         spec.Threshold("x", "fastest", 1.0, ((1.0, 1.0),), "fp32")
     with pytest.raises(ValueError, match="which library"):
-        spec.Threshold("vs_x", "vs_baseline", 1.0, ((1.0, 1.0),), "fp32")
+        spec.Threshold("vs_x", "vs_library", 1.0, ((1.0, 1.0),), "fp32")
 
 
 def test_a_threshold_description_states_the_bands_it_grades():

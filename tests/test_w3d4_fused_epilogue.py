@@ -138,7 +138,7 @@ def test_shapes_have_ragged_sides_and_the_bench_shapes_are_mlp_layers():
 
 def test_thresholds_name_their_precision_and_match_the_notebook():
     vs_separate, vs_reference = GELU.threshold("vs_separate"), GELU.threshold("vs_reference")
-    assert vs_separate.kind == "vs_baseline" and vs_reference.kind == "vs_reference"
+    assert vs_separate.kind == "vs_library" and vs_reference.kind == "vs_reference"
     assert vs_separate.full_level <= 1.0 and 0.80 <= vs_reference.full_level <= 0.90
     for threshold in GELU.thresholds:
         assert "fp32 accumulation and epilogue" in threshold.precision

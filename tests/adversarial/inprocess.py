@@ -150,7 +150,7 @@ def old_verdict(cells: dict[str, Any], events: list[dict[str, Any]], on_gpu: boo
         try:
             if threshold.kind == "absolute":
                 level = _geomean([float(r["student_gflops"]) for r in rows])
-            elif threshold.kind == "vs_baseline":
+            elif threshold.kind == "vs_library":
                 level = _geomean([float(r["student_gflops"]) / float(r["baseline_gflops"]) for r in rows])
             else:
                 level = _geomean([float(r["student_gflops"]) / reference[tuple(r["shape"])] for r in rows])
