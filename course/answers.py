@@ -125,6 +125,22 @@ QUIZZES: dict[str, tuple[Answer, ...]] = {
     "week2/day7_optimized_gemm": (
         _count("stage_bytes", "bytes"), _count("stages_that_fit", "stages"), _count("last_wave_sms", "SMs"),
         _count("first_wave_panels_grouped", "panels")),
+    # Week 3: one entry per day, in the order of solutions/week3/README.md.
+    "week3/day1_reductions": (
+        _count("sum_bytes_2_28", "bytes"), _count("atomics_2_28_block_4096", "atomic adds"),
+        _count("race_smallest_out", "the value out holds (an integer)"), _yes_no("max_order_free")),
+    "week3/day2_fused_softmax": (
+        _count("softmax_bytes_4096x32768", "bytes"), Answer("exp_overflow_z", int, "the smallest integer z"),
+        _number("online_rescaled_sum", "a sum of exponentials"), _count("three_kernel_reads", "reads of x")),
+    "week3/day3_norms": (
+        _count("rmsnorm_bytes_4096x8192", "bytes"), _number("rstd_3_4", "1 / RMS, a plain number"),
+        _count("dw_partial_rows", "rows of partial sums"), _yes_no("dw_atomics_deterministic")),
+    "week3/day4_fused_epilogue": (
+        _count("extra_bytes", "bytes"), Answer("bias_index", str, form=CHOICE, choices=("row", "column")),
+        _number("gelu_at_one", "GELU's value, a plain number"), _number("gemm_intensity", FLOP_PER_BYTE)),
+    "week3/day5_flash_attention": (
+        _count("causal_flops", FLOPS), _count("score_bytes", "bytes"), _fraction("rescale_factor"),
+        _count("last_program_blocks", "blocks of keys")),
 }
 
 
