@@ -84,7 +84,7 @@ def rows_of(spec: Any, bench: dict[str, Any], device_name: str, copy_gbps: float
             return work / (float(ms) * 1e-3) / 1e9 if ms else None
 
         rows.append(Row(spec.id, shape, spec.precision, spec.rate_unit, rate(row.get("student_ms")),
-                        rate(row.get("baseline_ms")), spec.baseline_name, top, top_name, row.get("error")))
+                        rate(row.get("baseline_ms")), spec.library_name, top, top_name, row.get("error")))
     return rows
 
 

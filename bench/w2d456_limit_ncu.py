@@ -90,7 +90,7 @@ def child(plan_path: Path) -> int:
         inputs = inputs_by_day[day.key]
         if item["what"] == "library":
             def fn(a, b, s=spec):
-                return s.baseline((a, b))
+                return s.library((a, b))
         else:
             fn = next(v for v in day.variants if v.name == item["variant"]).fn
         out = harness.profiled_launch(fn, *inputs)

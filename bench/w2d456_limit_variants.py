@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             shapes = [tuple(int(x) for x in item.split("x")) for item in args.shapes.split(",")]
         keys = ["x".join(map(str, s)) for s in shapes]
         largest = max(shapes, key=spec.flops)
-        entry = {"spec": day.spec_id, "technique": day.technique, "library": spec.baseline_name,
+        entry = {"spec": day.spec_id, "technique": day.technique, "library": spec.library_name,
                  "shapes": keys, "tolerance": spec.tolerance,
                  "variants": {v.name: {"what": v.what, "in_technique": v.in_technique, "reference": v.reference,
                                        "ms": {}, "tflops": {}, "ratio_vs_library": {}, "rel_error": {},
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             timings = bench.time_interleaved(
                 [bench.Timed(v.fn, args=inputs, after=freivalds(a64, b64, spec.tolerance, entry["variants"][v.name]))
                  for v in usable]
-                + [bench.Timed(lambda *x, s=spec: s.baseline(x), args=inputs)])
+                + [bench.Timed(lambda *x, s=spec: s.library(x), args=inputs)])
             lib_ms = timings[-1].median_ms
             entry["library_ms"][key] = lib_ms
             entry["library_tflops"][key] = spec.flops(shape) / lib_ms / 1e9
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 record["ratio_vs_library"][key] = lib_ms / timing.median_ms
                 record.setdefault("spread", {})[key] = timing.spread
                 record.setdefault("repeats", {})[key] = timing.repeats
-            print(f"{day.key} {key}: {spec.baseline_name} {lib_ms:.3f} ms = {entry['library_tflops'][key]:.1f} "
+            print(f"{day.key} {key}: {spec.library_name} {lib_ms:.3f} ms = {entry['library_tflops'][key]:.1f} "
                   f"TFLOP/s ({time.perf_counter() - began_all:.0f} s in)")
             del inputs, a64, b64
             torch.cuda.empty_cache()

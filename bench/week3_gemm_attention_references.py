@@ -112,7 +112,7 @@ def epilogue_section(report: dict[str, Any], with_compile: bool) -> None:
     torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False  # torch.compile's GEMM as the library's
     solution = load_solution("day4_fused_epilogue")
     contenders: dict[str, Any] = {"reference": solution.linear_gelu,
-                                  "cublas_separate": lambda a, b, bias: spec.baseline((a, b, bias))}
+                                  "cublas_separate": lambda a, b, bias: spec.library((a, b, bias))}
     if with_compile:
         contenders["torch_compile"] = torch.compile(
             lambda a, b, bias: torch.nn.functional.gelu(a @ b + bias, approximate="tanh"), dynamic=False)
@@ -121,7 +121,7 @@ def epilogue_section(report: dict[str, Any], with_compile: bool) -> None:
         rows.append(time_shape(spec, contenders, shape, seed=100 + i))
         rows[-1]["reference_config"] = str(getattr(solution.tuned_linear_gelu, "best_config", None))
     report["w3d4.linear_gelu"] = {
-        "library": spec.baseline_name, "rows": rows,
+        "library": spec.library_name, "rows": rows,
         "reference_vs_library": ratios(rows, "reference", "cublas_separate"),
         "reference_vs_torch_compile": ratios(rows, "reference", "torch_compile") if with_compile else None,
         "torch_compile_vs_library": ratios(rows, "torch_compile", "cublas_separate") if with_compile else None}
@@ -134,12 +134,12 @@ def attention_section(report: dict[str, Any], spec_id: str) -> None:
     fp16 = get("w3d5.attention_fp16")
     solution = load_solution("day5_flash_attention")
     contenders = {"reference": solution.attention,
-                  "sdpa_flash": lambda q, k, v, causal: spec.baseline((q, k, v, causal))}
+                  "sdpa_flash": lambda q, k, v, causal: spec.library((q, k, v, causal))}
     rows = []
     for i, shape in enumerate(fp16.bench_shapes.gpu):  # bf16 has no benchmark shapes of its own: the same ones
         rows.append(time_shape(spec, contenders, shape, seed=200 + i))
         rows[-1]["reference_config"] = str(getattr(solution.tuned_attention, "best_config", None))
-    report[spec_id] = {"library": spec.baseline_name, "rows": rows,
+    report[spec_id] = {"library": spec.library_name, "rows": rows,
                        "reference_vs_library": ratios(rows, "reference", "sdpa_flash")}
 
 

@@ -1,4 +1,4 @@
-"""Honest timing of GPU work, and a spec's benchmark against its library baseline in the same run.
+"""Honest timing of GPU work, and a spec's benchmark against its library in the same run.
 
 Each timed call: the whole device synchronised, a half-millisecond spin queued (so the stream stays
 busy while the host launches the call), the L2 cache flushed by writing a buffer at least twice its
@@ -271,7 +271,7 @@ class PerfRow:
     shape: Shape
     work: float  # FLOPs or bytes, as the spec's rate says
     student: Timing | None = None
-    baseline: Timing | None = None
+    library: Timing | None = None
     error: str | None = None
 
     @property
@@ -279,12 +279,12 @@ class PerfRow:
         return gflops(self.work, self.student.median_ms) if self.student and not self.error else 0.0
 
     @property
-    def baseline_gflops(self) -> float:
-        return gflops(self.work, self.baseline.median_ms) if self.baseline else 0.0
+    def library_gflops(self) -> float:
+        return gflops(self.work, self.library.median_ms) if self.library else 0.0
 
     @property
-    def vs_baseline(self) -> float:
-        return self.student_gflops / self.baseline_gflops if self.baseline_gflops else 0.0
+    def vs_library(self) -> float:
+        return self.student_gflops / self.library_gflops if self.library_gflops else 0.0
 
 
 @dataclass
@@ -303,19 +303,19 @@ class PerfReport:
         return geometric_mean([r.student_gflops for r in self.rows])
 
     @property
-    def geomean_vs_baseline(self) -> float:
-        return geometric_mean([r.vs_baseline for r in self.rows])
+    def geomean_vs_library(self) -> float:
+        return geometric_mean([r.vs_library for r in self.rows])
 
     def times(self) -> list[ShapeTimes]:
         """Each shape's median times (a shape whose timed calls failed has no student time)."""
         return [ShapeTimes(r.shape, r.work, r.student.median_ms if r.student and not r.error else None,
-                           r.baseline.median_ms if r.baseline else None) for r in self.rows]
+                           r.library.median_ms if r.library else None) for r in self.rows]
 
     def table(self) -> str:
         if not self.measured:
             return f"{self.spec_id}: {self.not_measured}"
         spec = get(self.spec_id)
-        unit, library = spec.rate_unit, spec.baseline_name
+        unit, library = spec.rate_unit, spec.library_name
         lines = [f"{self.spec_id} on {self.device_name} (median of each; L2 flushed before every call)",
                  f"{'shape':<26}{'yours ms':>10}{unit:>10}{library + ' ms':>12}{unit:>10}{'ratio':>8}"]
         for row in self.rows:
@@ -325,10 +325,10 @@ class PerfReport:
                 continue
             lines.append(
                 f"{label:<26}{row.student.median_ms:>10.3f}{row.student_gflops:>10.0f}"
-                f"{row.baseline.median_ms:>12.3f}{row.baseline_gflops:>10.0f}{row.vs_baseline:>8.2f}"
+                f"{row.library.median_ms:>12.3f}{row.library_gflops:>10.0f}{row.vs_library:>8.2f}"
             )
         lines.append(f"geometric mean: {self.geomean_gflops:.0f} {unit}, "
-                     f"{self.geomean_vs_baseline:.2f} of {library}")
+                     f"{self.geomean_vs_library:.2f} of {library}")
         return "\n".join(lines)
 
 
@@ -352,7 +352,7 @@ def _time_student(spec: ExerciseSpec, fn: Callable[..., Any], shape: Shape) -> t
 
 def measure(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
             shapes: Sequence[Shape] | None = None) -> PerfReport:
-    """Benchmark ``fn`` and the spec's library baseline on each benchmark shape, in this run."""
+    """Benchmark ``fn`` and the spec's library on each benchmark shape, in this run."""
     spec = get(spec_id)
     info = device.info()
     report = PerfReport(spec.id, info.name)
@@ -369,7 +369,7 @@ def measure(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
                 row.error = f"not timed: {first.message}"
             else:
                 row.student, row.error = _time_student(spec, fn, shape)
-            row.baseline = time_calls(lambda *inputs: spec.baseline(inputs),
+            row.library = time_calls(lambda *inputs: spec.library(inputs),
                                       lambda j, s=shape: spec.make_inputs(s, 60_000 + j, "cuda"), warmup=1)
         report.rows.append(row)
         record.event(
@@ -377,7 +377,8 @@ def measure(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
             student_ms=row.student.median_ms if row.student else None,
             student_spread=row.student.spread if row.student else None,
             student_repeats=row.student.repeats if row.student else 0,
-            baseline_ms=row.baseline.median_ms, baseline_spread=row.baseline.spread,
-            student_gflops=row.student_gflops, baseline_gflops=row.baseline_gflops, error=row.error,
+            # The event's keys are the metrics file's data names ("baseline_*" for the library), read as they are.
+            baseline_ms=row.library.median_ms, baseline_spread=row.library.spread,
+            student_gflops=row.student_gflops, baseline_gflops=row.library_gflops, error=row.error,
         )
     return report

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 def performance(spec_id: str | ExerciseSpec, fn: Callable[..., Any],
                 shapes: Sequence[Shape] | None = None) -> bench.PerfReport:
-    """Benchmark ``fn`` against the library baseline and print the table."""
+    """Benchmark ``fn`` against the spec's library and print the table."""
     report = bench.measure(spec_id, fn, shapes)
     print(report.table())
     return report
@@ -37,7 +37,7 @@ def preview(report: bench.PerfReport, threshold_name: str) -> None:
               f"{threshold.description}")
         return
     level = threshold.level(report.times())
-    print(f"{threshold.name}: {threshold.shown(level, spec.baseline_name)} -> about {threshold.score(level):g} of "
+    print(f"{threshold.name}: {threshold.shown(level, spec.library_name)} -> about {threshold.score(level):g} of "
           f"{threshold.points:g} points; {threshold.description}")
 
 
@@ -48,5 +48,5 @@ def plot_report(report: bench.PerfReport) -> Figure | None:
     spec = get(report.spec_id)
     labels = ["x".join(str(n) for n in row.shape) for row in report.rows]
     series = {"yours": [r.student_gflops for r in report.rows],
-              spec.baseline_name: [r.baseline_gflops for r in report.rows]}
+              spec.library_name: [r.library_gflops for r in report.rows]}
     return plot.gflops_vs_size(series, labels, f"{spec.title} on {report.device_name}", ylabel=spec.rate_unit)

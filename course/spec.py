@@ -127,7 +127,7 @@ class Threshold:
         library = self.kind == "vs_library"
         missing = [s.shape for s in shapes if not (s.library_ms if library else s.reference_ms)]
         if missing:
-            raise LookupError(f"the {'library baseline' if library else 'reference solution'} "
+            raise LookupError(f"the {'library baseline' if library else 'reference solution'} "  # the pages' words
                               f"was not measured for shapes {missing}")
         return geometric_mean([(s.library_ms if library else s.reference_ms) / s.student_ms if s.student_ms else 0.0
                                for s in shapes])
@@ -190,7 +190,7 @@ class ExerciseSpec:
     output_dtype: torch.dtype
     make_inputs: Callable[[Shape, int, str], Inputs]
     reference: Callable[[Inputs], torch.Tensor]  # fp64 (or fp32 without TF32) answer
-    baseline: Callable[[Inputs], torch.Tensor]  # the library call (cuBLAS) timed beside the student
+    library: Callable[[Inputs], torch.Tensor]  # the library call (cuBLAS) timed beside the student
     output_shape: Callable[[Shape], Shape]
     flops: Callable[[Shape], float]
     bytes_moved: Callable[[Shape], float]
@@ -212,7 +212,7 @@ class ExerciseSpec:
     kind: str = "kernel"
     # The rate performance is stated in: work(shape) is flops(shape) for GFLOP/s, bytes_moved(shape) for GB/s.
     rate_unit: str = "GFLOP/s"
-    baseline_name: str = "cuBLAS"
+    library_name: str = "cuBLAS"
     # Replaces the relative-error test when "correct" means something else (e.g. a time within a factor):
     # (output, reference, shape) -> (passed, message). A tensor output's shape, dtype and device are checked
     # first; any other output (a float, a list) goes to ``accept`` as it is, which checks its type.
@@ -294,8 +294,8 @@ def host_exercise(*, visible: tuple[Shape, ...] | ShapeSet, hidden: tuple[Shape,
         return shapes if isinstance(shapes, ShapeSet) else ShapeSet(gpu=shapes, cpu=shapes)
 
     defaults: dict[str, Any] = {
-        "output_dtype": torch.float64, "output_shape": lambda shape: (), "baseline": _never_timed,
-        "baseline_name": "none (never timed)", "flops": lambda shape: 0.0, "bytes_moved": lambda shape: 0.0,
+        "output_dtype": torch.float64, "output_shape": lambda shape: (), "library": _never_timed,
+        "library_name": "none (never timed)", "flops": lambda shape: 0.0, "bytes_moved": lambda shape: 0.0,
         "bench_shapes": NO_SHAPES, "thresholds": (), "kind": "host"}
     return ExerciseSpec(visible_shapes=same_everywhere(visible), hidden_shapes=same_everywhere(hidden),
                         **{**defaults, **fields})

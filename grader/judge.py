@@ -709,7 +709,7 @@ def _time_row(spec: Any, shape: tuple[int, ...], plan: Any, kernels: Any, refere
         WATCH.step(spec.id, f"the library at {spec.shape_label(shape)}", None)
         return spec.make_inputs(shape, seed + 7 + j, "cuda")
 
-    entries["library"] = bench.Timed(lambda *inputs: spec.baseline(inputs), library_inputs)
+    entries["library"] = bench.Timed(lambda *inputs: spec.library(inputs), library_inputs)
     try:
         timings = bench.time_interleaved(list(entries.values()), drop_on=(replay.Unreplayable, ValueError),
                                          warmup=1, min_seconds=1.0, max_seconds=6.0)

@@ -65,7 +65,7 @@ def _performance(item: ItemResult, spec: ExerciseSpec, threshold: Threshold, ker
     except LookupError as error:
         item.status, item.message = results.NOT_RUN, str(error)
         return
-    shown = threshold.shown(level, spec.baseline_name)
+    shown = threshold.shown(level, spec.library_name)
     item.measured = shown
     item.score = threshold.score(level)
     credit = threshold.credit(level)
@@ -133,7 +133,8 @@ def perf_rows(verdict: dict[str, Any] | None) -> list[dict[str, Any]]:
         spec = get(spec_id)
         for row in ((kernel.get("bench") or {}).get("rows") or []):
             rows.append({"spec": spec_id, "shape": row["shape"], "error": row.get("error"),
-                         "unit": spec.rate_unit, "baseline_name": spec.baseline_name,
+                         # The pages and plots read the library under its output names, "baseline_*".
+                         "unit": spec.rate_unit, "baseline_name": spec.library_name,
                          "student_rate": rate(row["work"], row.get("student_ms")),
                          "baseline_rate": rate(row["work"], row.get("baseline_ms")),
                          "reference_rate": rate(row["work"], row.get("reference_ms")),

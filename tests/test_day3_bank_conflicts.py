@@ -48,7 +48,7 @@ def test_the_spot_check_is_exact():
 
 def test_the_baseline_is_a_plain_copy():
     (x,) = SPEC.make_inputs((8, 9), 0, "cpu")
-    copied = SPEC.baseline((x,))
+    copied = SPEC.library((x,))
     assert torch.equal(copied, x) and copied.data_ptr() != x.data_ptr()
 
 
@@ -61,7 +61,7 @@ def test_drawn_hidden_shapes_are_odd_and_never_tile_multiples():
 
 
 def test_the_spec_is_cuda_c_and_its_thresholds_are_named():
-    assert SPEC.language == "cuda" and SPEC.rate_unit == "GB/s" and SPEC.baseline_name == "torch copy"
+    assert SPEC.language == "cuda" and SPEC.rate_unit == "GB/s" and SPEC.library_name == "torch copy"
     assert {t.name for t in SPEC.thresholds} == {"vs_copy", "vs_reference"}
     with pytest.raises(ValueError, match="language"):
         spec.ExerciseSpec(**{**SPEC.__dict__, "id": "x.y", "language": "fortran"})

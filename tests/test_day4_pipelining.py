@@ -57,7 +57,7 @@ def solution(tmp_path_factory):
 
 def test_both_specs_belong_to_the_notebook():
     assert {s.id for s in spec.for_notebook("week2/day4_pipelining")} == {"w2d4.matmul_fp16", "w2d4.smem_bytes"}
-    assert MATMUL.kind == "kernel" and MATMUL.baseline_name == "cuBLAS fp16" and MATMUL.precision == "fp16"
+    assert MATMUL.kind == "kernel" and MATMUL.library_name == "cuBLAS fp16" and MATMUL.precision == "fp16"
     assert MATMUL.output_dtype == torch.float16
     assert SMEM.kind == "host" and SMEM.thresholds == () and SMEM.accept is day4.accept_bytes
 

@@ -20,7 +20,7 @@ MATMUL_NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_
 
 def test_both_specs_belong_to_the_notebook():
     assert {s.id for s in spec.for_notebook("week1/day5_memory")} == {"w1d5.copy", "w1d5.every_kth"}
-    assert day5.COPY.rate_unit == "GB/s" and day5.COPY.baseline_name == "torch copy"
+    assert day5.COPY.rate_unit == "GB/s" and day5.COPY.library_name == "torch copy"
     assert day5.COPY.precision == day5.EVERY_KTH.precision == "exact"
 
 

@@ -83,7 +83,7 @@ def _x(rows=40, cols=24, device="cpu"):
 def test_the_spec_belongs_to_the_notebook_and_is_fp16():
     assert [s.id for s in spec.for_notebook("week2/day5_tma")] == ["w2d5.matmul_tma"]
     assert day5.SPEC.precision == "fp16" and day5.SPEC.output_dtype == torch.float16
-    assert day5.SPEC.baseline_name == "cuBLAS fp16" and day5.SPEC.rate_unit == "GFLOP/s"
+    assert day5.SPEC.library_name == "cuBLAS fp16" and day5.SPEC.rate_unit == "GFLOP/s"
     assert set(day5.SPEC.correctness_cells) == {"test_matmul_tma_visible", "test_matmul_tma_hidden"}
 
 

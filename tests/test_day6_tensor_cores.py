@@ -32,7 +32,7 @@ def test_both_specs_belong_to_the_notebook():
     assert (day6.FP16.output_dtype, day6.BF16.output_dtype) == (torch.float16, torch.bfloat16)
     assert (day6.FP16.precision, day6.BF16.precision) == ("fp16", "bf16")
     assert day6.FP16.tolerance == day6.BF16.tolerance == 1e-2
-    assert (day6.FP16.baseline_name, day6.BF16.baseline_name) == ("cuBLAS fp16", "cuBLAS bf16")
+    assert (day6.FP16.library_name, day6.BF16.library_name) == ("cuBLAS fp16", "cuBLAS bf16")
 
 
 def test_reference_on_a_hand_checked_case():
@@ -99,7 +99,7 @@ def test_the_baselines_were_taken_before_student_code_and_restore_the_flags(monk
     before = (flags.allow_fp16_reduced_precision_reduction, flags.allow_bf16_reduced_precision_reduction)
     for exercise in SPECS:
         inputs = exercise.make_inputs((8, 6, 5), 0, "cpu")
-        out = exercise.baseline(inputs)
+        out = exercise.library(inputs)
         assert out.dtype == exercise.output_dtype and out.shape == (8, 6)
         assert relative_error(out, exercise.reference(inputs)) < exercise.tolerance
     assert (flags.allow_fp16_reduced_precision_reduction, flags.allow_bf16_reduced_precision_reduction) == before
@@ -268,7 +268,7 @@ def test_sm90_listing_names_the_tensor_core_instruction():
 def test_the_baselines_on_a_gpu():
     for exercise in SPECS:
         inputs = exercise.make_inputs((300, 200, 1000), 4, "cuda")
-        out = exercise.baseline(inputs)
+        out = exercise.library(inputs)
         assert out.is_cuda and out.dtype == exercise.output_dtype
         assert exercise.spot_error(inputs, out) < exercise.tolerance
         assert relative_error(out, exercise.reference(inputs)) < 5e-3

@@ -171,7 +171,7 @@ def test_gemm_shapes_include_unaligned_rows_and_the_three_benchmark_shapes():
 
 def test_thresholds_name_their_precision_and_the_full_band_is_the_issue_s_80_percent():
     vs_cublas, vs_reference = GEMM.threshold("vs_cublas"), GEMM.threshold("vs_reference")
-    assert vs_cublas.kind == "vs_library" and vs_cublas.full_level == 0.80 and GEMM.baseline_name == "cuBLAS fp16"
+    assert vs_cublas.kind == "vs_library" and vs_cublas.full_level == 0.80 and GEMM.library_name == "cuBLAS fp16"
     assert vs_reference.kind == "vs_reference" and 0.80 <= vs_reference.full_level <= 0.90
     for threshold in (vs_cublas, vs_reference):
         assert "fp16 inputs, fp32 accumulation" in threshold.precision

@@ -157,7 +157,7 @@ def test_one_cuda_spec_per_version_wired_to_the_notebook():
     for v in VERSIONS:
         spec = specs.get(f"w2x.sgemm_{v}")
         assert spec.language == "cuda" and spec.precision == "fp32-ieee" and spec.function == f"sgemm_{v}"
-        assert spec.kernel_cells == (f"sgemm_{v}",) and spec.baseline_name == "cuBLAS"
+        assert spec.kernel_cells == (f"sgemm_{v}",) and spec.library_name == "cuBLAS"
         for grade_id in spec.correctness_cells:
             assert cells[grade_id].metadata.nbgrader["grade"]
         [threshold] = spec.thresholds

@@ -92,7 +92,7 @@ def test_the_library_path_is_three_kernels_and_within_tolerance():
     out = day4.separate_kernels(inputs)
     assert flags.allow_fp16_reduced_precision_reduction == before
     assert out.dtype == torch.float16 and check.relative_error(out, day4.reference(inputs)) < 1e-3
-    assert "separate bias and GELU" in GELU.baseline_name
+    assert "separate bias and GELU" in GELU.library_name
 
 
 def test_the_tolerance_passes_rounding_and_fails_each_classic_mistake():

@@ -188,7 +188,7 @@ def test_shapes_catch_ragged_lengths_both_head_dims_and_both_masks():
 
 def test_thresholds_name_their_precision_and_match_the_notebook():
     vs_flash, vs_reference = FP16.threshold("vs_flash"), FP16.threshold("vs_reference")
-    assert vs_flash.kind == "vs_library" and vs_flash.full_level == 0.80 and "flash backend" in FP16.baseline_name
+    assert vs_flash.kind == "vs_library" and vs_flash.full_level == 0.80 and "flash backend" in FP16.library_name
     assert vs_reference.kind == "vs_reference" and 0.80 <= vs_reference.full_level <= 0.90
     for threshold in FP16.thresholds:
         assert "fp16 inputs, fp32 accumulation" in threshold.precision

@@ -1,5 +1,5 @@
 """The matmul kind of problem, C = A @ B, in every precision the course grades: its inputs, its exact
-reference, its library baseline, its cheap check of a timed output, the shapes most matmul exercises are
+reference, its library, its cheap check of a timed output, the shapes most matmul exercises are
 checked on, and the rules hidden shapes are drawn by. Each matmul exercise declares its precision, shapes,
 bands and hidden-shape rule through these.
 """
@@ -73,7 +73,7 @@ def hidden_drawer(*rules: tuple[Side, Side, Side]) -> Callable[[random.Random, b
 
     return draw
 
-# Held from import time (before any student code runs), so rebinding torch.mm later cannot slow a baseline.
+# Held from import time (before any student code runs), so rebinding torch.mm later cannot slow a library call.
 _library_mm = torch.mm
 
 
@@ -101,7 +101,7 @@ def library(switched_off: str | None) -> Callable[[Inputs], torch.Tensor]:
     """The library's GEMM (cuBLAS through ``torch.mm``, fp32 accumulation) with the ``torch.backends.cuda.matmul``
     flag named ``switched_off`` (a shortcut: TF32, or reduced-precision reductions) off while it runs, so it does
     exactly what the exercise asks; None leaves torch's defaults."""
-    def baseline(inputs: Inputs) -> torch.Tensor:
+    def call(inputs: Inputs) -> torch.Tensor:
         a, b = inputs
         if switched_off is None:
             return _library_mm(a, b)
@@ -113,7 +113,7 @@ def library(switched_off: str | None) -> Callable[[Inputs], torch.Tensor]:
         finally:
             setattr(flags, switched_off, previous)
 
-    return baseline
+    return call
 
 
 def freivalds_error(inputs: Inputs, out: torch.Tensor) -> float:
@@ -150,8 +150,8 @@ def exercise(dtype: torch.dtype, *, library_shortcut: bool = False, drawn_in: to
         "output_dtype": dtype,
         "make_inputs": inputs_in(dtype, drawn_in),
         "reference": reference,
-        "baseline": library(switched_off),
-        "baseline_name": LIBRARY_NAMES[dtype],
+        "library": library(switched_off),
+        "library_name": LIBRARY_NAMES[dtype],
         "spot_error": freivalds_error,
         "output_shape": lambda shape: (shape[0], shape[1]),
         "flops": lambda shape: 2.0 * shape[0] * shape[1] * shape[2],

@@ -28,7 +28,7 @@ from course import grading_table
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, Threshold, register, vs_library, vs_reference
 
 DIMS = ("n", "x_step", "y_step")
-# Held from import time (before any student code runs), so rebinding torch.add later cannot slow the baseline.
+# Held from import time (before any student code runs), so rebinding torch.add later cannot slow the library.
 _library_add = torch.add
 
 
@@ -141,15 +141,15 @@ def _exercise(function: str, title: str, flops_per_element: float, **fields: Any
         precision="fp32-ieee", output_dtype=torch.float32, output_shape=lambda shape: (shape[0],),
         flops=lambda shape: flops_per_element * shape[0], bytes_moved=_bytes_moved, rate_unit="GB/s",
         visible_shapes=VISIBLE, hidden_shapes=HIDDEN, bench_shapes=BENCH,
-        thresholds=_thresholds(fields["baseline_name"]), notebook="week1/day4_first_triton_kernel",
+        thresholds=_thresholds(fields["library_name"]), notebook="week1/day4_first_triton_kernel",
         correctness_cells={f"test_{function}_visible": "visible", f"test_{function}_hidden": "hidden"},
         draw_hidden=draw_hidden, **fields)
 
 
 ADD = register(_exercise("vector_add", "Vector add", 1.0, make_inputs=make_add_inputs, reference=add_reference,
-                         baseline=torch_add, baseline_name="torch add"))
+                         library=torch_add, library_name="torch add"))
 SAXPY = register(_exercise("saxpy", "SAXPY", 2.0, make_inputs=make_saxpy_inputs, reference=saxpy_reference,
-                           baseline=torch_saxpy, baseline_name="torch add (alpha)"))
+                           library=torch_saxpy, library_name="torch add (alpha)"))
 
 
 TABLE = grading_table.register(grading_table.GradingTable(

@@ -3,7 +3,7 @@
 Each program keeps a BLOCK_M x BLOCK_N accumulator and, for every k, adds the outer product of a column
 of A's tile and a row of B's tile: each element it loads is used BLOCK_N (or BLOCK_M) times. The work
 is plain fp32 multiply-adds, so the exercise is graded in full fp32 against the same fp64 reference and
-cuBLAS SGEMM (TF32 off) as Day 7, whose input, reference and baseline functions it reuses. ``tl.dot``
+cuBLAS SGEMM (TF32 off) as Day 7, whose input, reference and library functions it reuses. ``tl.dot``
 (and ``tl.dot_scaled``) are forbidden: with them the kernel would be Day 7's, and its speed would say
 nothing about reuse through the register tile.
 """

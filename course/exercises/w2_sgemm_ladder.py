@@ -2,7 +2,7 @@
 
 Each rung is its own exercise, ``w2x.sgemm_v1`` to ``w2x.sgemm_v7``: the fp32 product C = A @ B of
 Week 1 Day 7 (its inputs, fp64 reference, 1e-5 tolerance in full fp32, Freivalds spot check, drawn
-hidden shapes and cuBLAS SGEMM with TF32 off as the baseline are imported from ``matmul_fp32``),
+hidden shapes and cuBLAS SGEMM with TF32 off as the library are imported from ``matmul_fp32``),
 written in CUDA C through ``course.cuda``. CUDA C has no CPU interpreter: without a GPU every kernel
 and performance item is pending.
 

@@ -64,7 +64,7 @@ SPEC = register(
 )
 # cuBLAS HGEMM accumulating in fp32 throughout (reduced-precision reductions off), and the inputs: the names the
 # tests and benches use.
-make_inputs, cublas_fp16 = SPEC.make_inputs, SPEC.baseline
+make_inputs, cublas_fp16 = SPEC.make_inputs, SPEC.library
 
 
 TABLE = grading_table.register(grading_table.GradingTable(
