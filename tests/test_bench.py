@@ -112,6 +112,9 @@ def test_every_measurement_in_bench_is_registered_and_every_entry_names_a_file()
     assert scripts | modules <= targets, f"not in bench/registry.toml: {sorted((scripts | modules) - targets)}"
     for name in registry.LIBRARY:
         assert (BENCH / f"{name}.py").is_file(), name
+    unrunnable = [m.name for m in registry.SUITE if m.path.suffix == ".py"
+                  and 'if __name__ == "__main__":' not in m.path.read_text(encoding="utf-8")]
+    assert not unrunnable, f"python -m bench cannot run these (no __main__ block): {unrunnable}"
 
 
 def test_list_names_every_measurement_without_loading_torch():
