@@ -406,3 +406,19 @@ def test_ladder_kernel_on_the_gpu(version, options, tile_m, tile_n, block, share
             reference = a.double() @ b.double()
             error = float(torch.linalg.vector_norm(c.double() - reference) / torch.linalg.vector_norm(reference))
             assert error <= 1e-5, f"{version} {m}x{n}x{k} offset {offset}: relative error {error:.2e}"
+
+
+def test_the_recorded_registers_and_spills_are_the_sweep_s():
+    import json
+    from pathlib import Path
+
+    from course.days import sgemm_ladder
+
+    path = Path(__file__).resolve().parent.parent / "bench/results/h200/2026-11-28-sgemm-ladder-tiles-d6f60bb.json"
+    sweep = json.loads(path.read_text(encoding="utf-8"))["sweep"]
+    as_built = {(row["version"], row["registers"], row["local_bytes"]) for row in sweep
+                if tuple(row.get(key) for key in ("BK", "WARPS_M", "WARPS_N", "MIN_BLOCKS")) == (8, 4, 2, 2)}
+    for version, (registers, spilled) in sgemm_ladder.RECORDED_RESOURCES["kernels"].items():
+        assert (version, registers, spilled) in as_built
+    table = sgemm_ladder.format_resources({"v5": (128, 8), "v1": None})
+    assert "128" in table and "spills" in table and table.splitlines()[-1].split()[1:] == ["-", "-"]

@@ -120,6 +120,11 @@ def notebook_code(path: Path, grade_ids: Sequence[str] = ("parameters", "setup")
     return code.replace('device = "auto"', 'device = "gpu"').replace("grading = False", "grading = True")
 
 
+def jit_source(*kernels: object) -> str:
+    """The source of ``@triton.jit`` functions defined in a notebook, decorated again, for a driver program."""
+    return "".join(f"@triton.jit\n{kernel.src}\n\n" for kernel in kernels)
+
+
 def profiled_calls(calls: Sequence[str]) -> str:
     """Driver lines: each call twice unprofiled (compilation, warm-up), then once between profiler start and stop."""
     lines = []

@@ -232,3 +232,33 @@ def plot_progression(rates: Mapping[str, float | None], cublas: float | None, ti
     ax.set(ylabel="TFLOP/s", title=title)
     figure.tight_layout()
     return figure
+
+
+# The CUDA driver's function attributes (CUfunction_attribute): local memory a thread, registers a thread.
+_LOCAL_SIZE_BYTES, _NUM_REGS = 3, 4
+# Registers and spilled (local) bytes a thread of the course's own v5, v6a and v6b as NVRTC 13.0 built them for an
+# H200 (sm_90) on 2026-11-28, read from the driver: bench/results/h200/2026-11-28-sgemm-ladder-tiles-d6f60bb.json.
+RECORDED_RESOURCES = {"gpu": "NVIDIA H200 (sm_90, NVRTC 13.0)", "date": "2026-11-28",
+                      "kernels": {"v5": (128, 8), "v6a": (128, 8), "v6b": (126, 0)}}
+
+
+def kernel_resources(module: object, name: str) -> tuple[int, int] | None:
+    """(registers a thread, spilled bytes a thread) of kernel ``name`` of a ``course.cuda`` module, as the CUDA
+    driver reports them for this GPU; None without a GPU."""
+    from course import cuda
+
+    if not cuda.available():
+        return None
+    pointer = module._function(name).pointer  # loads the module's kernel on this device
+    driver = cuda._cupy().cuda.driver
+    return driver.funcGetAttribute(_NUM_REGS, pointer), driver.funcGetAttribute(_LOCAL_SIZE_BYTES, pointer)
+
+
+def format_resources(resources: Mapping[str, tuple[int, int] | None]) -> str:
+    """One line a kernel: registers a thread and bytes spilled to local memory a thread."""
+    lines = [f"{'kernel':>8}{'registers':>11}{'spilled bytes':>15}"]
+    for name, found in resources.items():
+        regs, spilled = found if found else ("-", "-")
+        note = "  spills to local memory" if found and found[1] else ""
+        lines.append(f"{name:>8}{regs!s:>11}{spilled!s:>15}{note}")
+    return "\n".join(lines)
