@@ -31,6 +31,7 @@ import secrets
 
 import torch
 
+from course import grading_table
 from course.exercises import matmul
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
 
@@ -135,3 +136,35 @@ LINEAR_GELU = register(
         draw_hidden=draw_hidden,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week3/day4_fused_epilogue",
+    (
+        grading_table.Cells(
+            "`linear_gelu`, visible",
+            "the shapes printed by the check below",
+            {"test_linear_gelu_visible": 2},
+        ),
+        grading_table.Cells(
+            "`linear_gelu`, hidden",
+            "more shapes: odd and prime sides, sides one off a power of two, a single row",
+            {"test_linear_gelu_hidden": 3},
+        ),
+        grading_table.Speed(
+            "`vs_separate`",
+            "your speed / cuBLAS fp16 + separate bias and GELU kernels",
+            ((LINEAR_GELU, "vs_separate"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your speed / the course's reference kernel",
+            ((LINEAR_GELU, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_extra_bytes": 1, "test_bias_index": 1, "test_gelu_at_one": 1, "test_gemm_intensity": 1},
+        ),
+    ),
+))

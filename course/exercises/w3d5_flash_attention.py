@@ -29,6 +29,7 @@ import secrets
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from course import grading_table
 from course.exercises import matmul
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
 
@@ -170,3 +171,45 @@ def _spec(label: str, dtype: torch.dtype, timed: bool) -> ExerciseSpec:
 
 ATTENTION_FP16 = register(_spec("fp16", torch.float16, timed=True))
 ATTENTION_BF16 = register(_spec("bf16", torch.bfloat16, timed=False))
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week3/day5_flash_attention",
+    (
+        grading_table.Cells(
+            "`attention`, fp16, visible",
+            "the shapes printed by the check below",
+            {"test_attention_fp16_visible": 2},
+        ),
+        grading_table.Cells(
+            "`attention`, fp16, hidden",
+            "more shapes: lengths that are primes or one off a power of two, N = 2, both head dims, causal and not",
+            {"test_attention_fp16_hidden": 3},
+        ),
+        grading_table.Cells(
+            "`attention`, bf16, visible",
+            "the same shapes in bf16",
+            {"test_attention_bf16_visible": 1},
+        ),
+        grading_table.Cells(
+            "`attention`, bf16, hidden",
+            "the hidden shapes in bf16",
+            {"test_attention_bf16_hidden": 1},
+        ),
+        grading_table.Speed(
+            "`vs_flash`",
+            "your fp16 speed / PyTorch SDPA's flash backend",
+            ((ATTENTION_FP16, "vs_flash"),),
+        ),
+        grading_table.Speed(
+            "`vs_reference`",
+            "your fp16 speed / the course's reference kernel",
+            ((ATTENTION_FP16, "vs_reference"),),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_causal_flops": 1, "test_score_bytes": 1, "test_rescale_factor": 1, "test_last_program_blocks": 1},
+        ),
+    ),
+))
