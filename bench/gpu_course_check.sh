@@ -53,8 +53,8 @@ for r in sorted(load_results(Path(sys.argv[1])), key=lambda r: (r.assignment, r.
         for row in rows:
             shape = "x".join(str(n) for n in row["shape"])
             ref, lib, me = row["reference_rate"], row["baseline_rate"], row["student_rate"]
-            cells.append(f"{shape}: you {me:.0f} ref {ref:.0f} {spec.baseline_name} {lib:.0f} {spec.rate_unit}"
+            cells.append(f"{shape}: you {me:.0f} ref {ref:.0f} {spec.library_name} {lib:.0f} {spec.rate_unit}"
                          + (f" ({row['error'][:80]})" if row.get("error") else ""))
         ratio = geometric_mean([row["reference_rate"] / row["baseline_rate"] for row in rows if row["baseline_rate"]])
-        print(f"    {spec_id}: reference/{spec.baseline_name} geomean {ratio:.3f}; " + "; ".join(cells))
+        print(f"    {spec_id}: reference/{spec.library_name} geomean {ratio:.3f}; " + "; ".join(cells))
 EOF
