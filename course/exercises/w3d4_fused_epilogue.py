@@ -124,9 +124,12 @@ LINEAR_GELU = register(
         # spends reading and writing C again. Every side a multiple of 128.
         bench_shapes=ShapeSet(gpu=((4096, 4096, 4096), (8192, 8192, 2048), (16384, 3072, 768)), cpu=()),
         thresholds=(
-            # PROVISIONAL until bench/week3_gemm_attention_references.py's H100 run is in bench/RESULTS.md: the
-            # reference must at least match the unfused path (the goal); full marks at 90% of it.
-            vs_library("vs_separate", LIBRARY, 3.0, ((0.50, 0.25), (0.70, 0.5), (0.80, 0.75), (0.90, 1.0)),
+            # Full marks for matching the unfused path: fusing is the exercise, and a fused kernel that loses to
+            # three library calls has not done it. Measured on an H100 (bench/RESULTS.md and
+            # bench/results/h100/2026-12-07-week3-days4-5-references.json in the course's online repository): the
+            # reference reached 1.22, 1.41 and 1.82 of this path at the three shapes (geometric mean 1.47), and
+            # 1.05 of torch.compile's cuBLAS + one fused bias-GELU kernel.
+            vs_library("vs_separate", LIBRARY, 3.0, ((0.60, 0.25), (0.80, 0.5), (0.90, 0.75), (1.00, 1.0)),
                        f"{THRESHOLD_PRECISION}, against {LIBRARY} (fp32 accumulation), same run"),
             vs_reference(2.0, ((0.45, 0.25), (0.60, 0.5), (0.75, 0.75), (0.85, 1.0)),
                          f"{THRESHOLD_PRECISION}, against the course's reference kernel, same run"),

@@ -39,7 +39,8 @@ def attention(q, k, v, causal):
 tuned_attention = triton.autotune(attention_configs(), key=["N", "HEAD_DIM", "CAUSAL"])(attention_kernel)
 
 # %% answers
-# Q1. FLOPs of one causal call with B = 2, H = 8, N = 2048, d = 128, counted as this notebook counts them. (int)
+# Q1. FLOPs (a multiply-add counts as 2) of one causal call with B = 2, H = 8, N = 2048, d = 128, counted as this
+#     notebook counts them. (int)
 causal_flops = 4 * 2 * 8 * 2048 * 2048 * 128
 
 # Q2. Bytes of fp16 scores S = Q K^T that the textbook version would write for B = 4, H = 16, N = 4096 (one
