@@ -1,8 +1,8 @@
 """What one bad notebook costs the rest of a class on a shared GPU: a class of honest Week 1 Day 7 notebooks graded
 alone ("clean"), and the same class with bad notebooks mixed in ("mixed"), one command each, same seed.
 
-    python bench/faults_class.py clean --honest 20 --out build/faults   # then, on the same machine:
-    python bench/faults_class.py mixed --honest 20 --out build/faults   # grades, then compares with clean
+    python -m bench faults-class clean --honest 20 --out build/faults   # then, on the same machine:
+    python -m bench faults-class mixed --honest 20 --out build/faults   # grades, then compares with clean
     (or --clean FILE: an earlier clean class's JSON, such as bench/results/h100/)
 
 The honest notebooks are copies of the public fixture ``honest_fast``; the bad ones are the public fixtures named
@@ -16,15 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # tests.adversarial.build, run as a script from anywhere
+from grader.pipeline import Settings, grade, load_results, resolve_device
+from tests.adversarial.build import build
 
-from grader.pipeline import Settings, grade, load_results, resolve_device  # noqa: E402
-from tests.adversarial.build import build  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 BAD = ("kernel_never_ends", "gpu_memory_hog", "illegal_address", "build_bomb", "kernel_spins_forever",
        "day3_bank_conflicts-cuda_kernel_never_ends")

@@ -1,6 +1,6 @@
 """Grade N copies of the demo students one notebook at a time and through the pipeline, and compare.
 
-    python bench/grading_throughput.py --copies 10 --seed 16 [--notebooks week1/day7_fast_matmul]
+    python -m bench grading-throughput --copies 10 --seed 16 [--notebooks week1/day7_fast_matmul]
         [--students fast_correct,slow_correct] [--grade-args "--gpus 0 --runs 8"] [--json out.json]
         [--from OUT_OF_A_GRADED_BATCH ...]
 
@@ -39,14 +39,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import psutil
+
+from bench import throughput as tp
+from grader import demo
+from grader.layout import course_notebooks
+
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # this checkout's grader and bench, not an installed copy
-
-import psutil  # noqa: E402
-
-from bench import throughput as tp  # noqa: E402
-from grader import demo  # noqa: E402
-from grader.layout import course_notebooks  # noqa: E402
 
 MODES = ("serial", "pipeline")
 MODEL = ("from each notebook's mean stage times: E = gpu_exclusive + gpu_alone s (serial per GPU); R = the run's "

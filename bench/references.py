@@ -1,8 +1,8 @@
 """`make bench`: every reference solution timed as the judge times it, beside its library, against its ceiling.
 
-    python bench/references.py [--notebooks KEYS] [--work build/bench] [--json FILE]
-    python bench/references.py --from OUT [--device-name NAME] [--copy-gbps X] [--json FILE]
-    python bench/references.py --markdown FILE.json
+    python -m bench references [--notebooks KEYS] [--work build/bench] [--json FILE]
+    python -m bench references --from OUT [--device-name NAME] [--copy-gbps X] [--json FILE]
+    python -m bench references --markdown FILE.json
 
 The reference solutions are graded by the grader itself (``grader grade --device gpu --gpus 0`` on the demo
 class's ``fast_correct`` notebooks, which makes it judge each notebook's reference first): every number is the
@@ -27,11 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # this checkout's grader and course, not an installed copy
+from course import peaks
+from course import spec as specs
 
-from course import peaks  # noqa: E402
-from course import spec as specs  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 COPY_BYTES = 2**30
 # What each precision's GFLOP/s ceiling is on the datasheet (fp32-ieee: the FP32 units; the rest tensor cores).
@@ -209,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     notebooks = set(args.notebooks.split(",")) if args.notebooks else None
     out = args.from_out if args.from_out is not None else grade_references(args.work, notebooks)
     rows = read_out(out, device_name, copy_gbps)
-    data = report(rows, device_name, copy_gbps, ["python", "bench/references.py", *(argv or sys.argv[1:])],
+    data = report(rows, device_name, copy_gbps, ["python", "-m", "bench", "references", *(argv or sys.argv[1:])],
                   graded_at(out), args.from_out)
     target = args.json or args.work / "bench.json"
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The same course on two GPUs: each reference's ratio and each demo student's verdict, side by side.
 
-    python bench/side_by_side.py --verdicts FILE.json GRADES.csv [GRADES.csv ...]
-    python bench/side_by_side.py LEFT_BENCH.json LEFT_VERDICTS.json RIGHT_BENCH.json RIGHT_VERDICTS.json
+    python -m bench side-by-side --verdicts FILE.json GRADES.csv [GRADES.csv ...]
+    python -m bench side-by-side LEFT_BENCH.json LEFT_VERDICTS.json RIGHT_BENCH.json RIGHT_VERDICTS.json
 
 The first form keeps what a graded OUT's ``grades.csv`` says of every notebook that was handed in (status, points
 and each item's status and score), from one or more grading runs of the same GPU, as a small JSON file that can be
@@ -15,14 +15,10 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from bench.references import Row  # noqa: E402
+from bench.references import Row
 
 
 def verdicts(grades: list[Path]) -> dict[str, Any]:
