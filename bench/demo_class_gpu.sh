@@ -31,6 +31,6 @@ mkdir -p "$dest" "$work"
 OUT=$work STUDENTS=$students NOTEBOOKS=$notebooks JOBS=${JOBS:-4} CLASS_HOOK=$hook bash bench/gpu_course_check.sh \
     | tee "$work/summary.txt"
 if [[ $part == solutions ]]; then
-    python -m bench references --from "$work/grades" --json "$dest/solutions-bench.json" > "$work/bench.txt"
+    python3 -m bench references --from "$work/grades" --json "$dest/solutions-bench.json" > "$work/bench.txt"
 fi
 tar -czf "$dest/$part.tgz" -C "$work" summary.txt grade.log grades/grades.csv grades/schedule.json grades/results
