@@ -144,5 +144,6 @@ def show(readings: Sequence[Reading], recorded: str = "") -> None:
         stalls = ", ".join(f"{name} {value:.2f}" for name, value in r.top_stalls().items()) or "not read"
         regs = f"{r.registers:.0f}" if r.registers is not None else "-"
         occupancy = f"{r.occupancy_pct:.1f}" if r.occupancy_pct is not None else "-"
-        print(f"{r.label:<30}{r.time_s * 1e3:>8.3f}{r.tflops:>9.1f}{r.dram_read_bytes / 1e9:>13.3f}"
-              f"{r.dram_write_bytes / 1e9:>11.3f}{r.flop_per_dram_byte:>12.1f}{regs:>6}{occupancy:>7}  {stalls}")
+        dram = (f"{r.dram_read_bytes / 1e9:>13.3f}{r.dram_write_bytes / 1e9:>11.3f}{r.flop_per_dram_byte:>12.1f}"
+                if r.dram_read_bytes == r.dram_read_bytes else f"{'not read':>13}{'-':>11}{'-':>12}")  # NaN: not read
+        print(f"{r.label:<30}{r.time_s * 1e3:>8.3f}{r.tflops:>9.1f}{dram}{regs:>6}{occupancy:>7}  {stalls}")
