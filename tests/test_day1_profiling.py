@@ -267,3 +267,17 @@ def test_own_kernel_reads_an_ncu_csv_into_readings(tmp_path, monkeypatch):
     assert readings[0].registers == 96 and readings[0].top_stalls() == {"barrier": 1.5}
     readings, problem = own_kernel.profile_launches("pass", ["only one expected"], [1.0])
     assert readings == [] and "2 launches, 1 expected" in problem
+
+
+def test_own_kernel_driver_pieces():
+    # The driver a notebook hands to ncu: its kernels decorated again, each call warmed up twice, then profiled once.
+    from types import SimpleNamespace
+
+    from course.days import own_kernel
+
+    source = own_kernel.jit_source(SimpleNamespace(src="def k(x):\n    pass\n"))
+    assert source.startswith("@triton.jit\ndef k(x):")
+    calls = own_kernel.profiled_calls(["f(1)", "f(2)"]).splitlines()
+    assert calls.count("torch.cuda.profiler.start()") == 2 and calls.count("torch.cuda.profiler.stop()") == 2
+    assert calls.index("f(1)") < calls.index("torch.cuda.profiler.stop()") < calls.index("f(2)")
+    assert own_kernel.counters_unavailable(True, True) and own_kernel.counters_unavailable(False, False)
