@@ -8,6 +8,7 @@ each entry is checked against its source. Pure text work: no GPU, no notebook ru
 from __future__ import annotations
 
 import json
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -165,7 +166,9 @@ def half_unit(written: str) -> Decimal:
     return Decimal(5).scaleb(-(decimals + 1) + (int(exponent) if exponent else 0))
 
 
-def matches(written: str, value: float | Decimal, raw: dict) -> bool:
+def matches(written: str, value: object, raw: dict) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal) or not math.isfinite(value):
+        return False
     source = Decimal(str(value)) * Decimal(str(raw.get("scale", 1)))
     if raw.get("percent"):
         source *= 100
@@ -217,7 +220,7 @@ def problems_with_source(entry: Entry, root: Path = ROOT) -> list[str]:
         return [
             f"{written} is not {source} {key}"
             for written, key in zip(numbers, keys, strict=True)
-            if not any(matches(written, getattr(row, key, float("nan")), raw) for row in rows)
+            if not any(matches(written, getattr(row, key, None), raw) for row in rows)
         ]
     path = root / source
     if not source.startswith("bench/") or not path.is_file():
@@ -323,7 +326,9 @@ def test_an_unsourced_number_fails() -> None:
 def test_an_entry_whose_source_does_not_hold_its_number_fails(tmp_path: Path) -> None:
     results = tmp_path / "bench" / "RESULTS.md"
     results.parent.mkdir()
-    results.write_text("# Results\n\n## Copy on an H100 (2026-12-07)\n\ncopy 2,960 GB/s, ratio 0.834\n\n## Other\n\n812\n")
+    results.write_text(
+        "# Results\n\n## Copy on an H100 (2026-12-07)\n\ncopy 2,960 GB/s, ratio 0.834\n\n## Other\n\n812\n"
+    )
     (tmp_path / "bench" / "r.json").write_text(json.dumps({"runs": [{"gbps": 2961.4}]}))
     cells = _fixture_cells("Measured on an H100, a copy reached 2960 GB/s (0.83 of torch).")
     good = {"notebook": "fixture", "text": "2960 GB/s (0.83 of torch)", "gpu": "H100",
