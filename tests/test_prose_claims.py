@@ -192,8 +192,21 @@ def section_text(markdown: str, heading: str) -> str | None:
 
 
 def json_at(data: object, key: str) -> object:
-    for part in key.split("."):
-        data = data[int(part)] if isinstance(data, list) else data[part]  # type: ignore[index]
+    """The value at a dotted key path; a dict key that itself holds dots ("w1d7.matmul_fp32") is matched whole,
+    the longest such key first."""
+    parts = key.split(".")
+    while parts:
+        if isinstance(data, list):
+            data, parts = data[int(parts[0])], parts[1:]
+            continue
+        if not isinstance(data, dict):
+            raise KeyError(key)
+        for size in range(len(parts), 0, -1):
+            if (name := ".".join(parts[:size])) in data:
+                data, parts = data[name], parts[size:]
+                break
+        else:
+            raise KeyError(key)
     return data
 
 
@@ -329,7 +342,7 @@ def test_an_entry_whose_source_does_not_hold_its_number_fails(tmp_path: Path) ->
     results.write_text(
         "# Results\n\n## Copy on an H100 (2026-12-07)\n\ncopy 2,960 GB/s, ratio 0.834\n\n## Other\n\n812\n"
     )
-    (tmp_path / "bench" / "r.json").write_text(json.dumps({"runs": [{"gbps": 2961.4}]}))
+    (tmp_path / "bench" / "r.json").write_text(json.dumps({"runs": [{"gbps": 2961.4}], "w1.copy": {"gbps": 2960}}))
     cells = _fixture_cells("Measured on an H100, a copy reached 2960 GB/s (0.83 of torch).")
     good = {"notebook": "fixture", "text": "2960 GB/s (0.83 of torch)", "gpu": "H100",
             "numbers": ["2960", "0.83"], "source": "bench/RESULTS.md", "section": "Copy on an H100"}
@@ -347,6 +360,8 @@ def test_an_entry_whose_source_does_not_hold_its_number_fails(tmp_path: Path) ->
     assert problems_with_source(Entry(as_json, "f"), tmp_path) == []
     assert problems_with_source(Entry({**as_json, "numbers": ["2960"]}, "f"), tmp_path)
     assert problems_with_source(Entry({**as_json, "key": "runs.1.gbps"}, "f"), tmp_path)
+    dotted = {**as_json, "numbers": ["2960"], "key": "w1.copy.gbps"}  # a key holding a dot is matched whole
+    assert problems_with_source(Entry(dotted, "f"), tmp_path) == []
     # an entry whose text has left the notebook fails
     gone = Entry({**good, "text": "3000 GB/s"}, "f")
     locate(gone, cells)
