@@ -17,7 +17,7 @@ import nbformat
 import pytest
 import torch
 
-from course import check, spec
+from course import check, device, spec
 from course.exercises import w3d4_fused_epilogue as day4
 from course.recorder import plan
 from grader.demo import DEMO_CLASS, parse_answers
@@ -40,8 +40,8 @@ def _bench_module():
 
 @pytest.fixture(scope="module")
 def solution():
-    """The solution notebook's kernel and launch cells as a module (interpreted on this CPU)."""
-    return _bench_module().load_solution("day4_fused_epilogue", "cpu")
+    """The solution notebook's kernel and launch cells as a module (interpreted on a CPU)."""
+    return _bench_module().load_solution("day4_fused_epilogue", "auto")
 
 
 def _with_cells(cells: dict[str, str], tmp_path):
@@ -50,7 +50,7 @@ def _with_cells(cells: dict[str, str], tmp_path):
     notebook = nbformat.read(str(NOTEBOOK), as_version=4)
     sources = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in notebook.cells}
     sources.update(cells)
-    source = bench.PREAMBLE.replace("DEVICE_MODE", "'cpu'") + "\n\n".join(
+    source = bench.PREAMBLE.replace("DEVICE_MODE", "'auto'") + "\n\n".join(
         sources[name] for name in bench.CELLS["day4_fused_epilogue"])
     file = tmp_path / "student.py"
     file.write_text(source + "\n")
@@ -156,7 +156,9 @@ def test_the_solution_passes_every_shape_with_one_kernel(solution):
     for which in ("visible", "hidden"):
         results = check.check(GELU, solution.linear_gelu, which)
         assert all(r.passed for r in results), [r.message for r in results if not r.passed]
-    _, recorded = plan.record_call(solution.linear_gelu, GELU.make_inputs((40, 24, 56), 0, "cpu"))
+    inputs = GELU.make_inputs((40, 24, 56), 0, device.info().torch_device)
+    solution.linear_gelu(*inputs)  # autotunes outside the recording, as the grader's warm-up call does
+    _, recorded = plan.record_call(solution.linear_gelu, inputs)
     assert recorded["problems"] == []
     assert [launch["kernel"] for launch in recorded["launches"]] == ["linear_gelu_kernel"]
 
@@ -182,8 +184,10 @@ def test_the_biggest_configuration_compiles_for_sm90_and_fits_an_h100(tmp_path, 
 
     from course.compiler import compile_triton
 
-    _, recorded = plan.record_call(solution.linear_gelu, GELU.make_inputs((64, 64, 64), 0, "cpu"))
-    launch = copy.deepcopy(recorded["launches"][0])
+    inputs = GELU.make_inputs((64, 64, 64), 0, device.info().torch_device)
+    solution.linear_gelu(*inputs)
+    _, recorded = plan.record_call(solution.linear_gelu, inputs)
+    launch = copy.deepcopy(recorded["launches"][-1])
     names = list(launch["signature"])
     values = {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}
     launch["constexprs"] = [[[names.index(name)], {"int": value}] for name, value in values.items()]
@@ -202,3 +206,33 @@ def test_the_biggest_configuration_compiles_for_sm90_and_fits_an_h100(tmp_path, 
     entry = next(iter(index.values()))
     compiled = compile_triton(str(tmp_path / "built" / entry["file"]), GPUTarget("cuda", 90, 32))
     assert compiled.metadata.shared <= H100_SHARED_BYTES
+
+
+# --- on a GPU: the judge's replay of the recorded launch on its own inputs ---------------------------------------
+
+@pytest.mark.gpu
+def test_the_kernel_replays_on_the_judge_s_own_inputs(tmp_path, solution):
+    import triton
+
+    from grader import build_kernels, compile_ttgir, replay, results
+
+    shape = (1000, 1030, 515)
+    inputs = GELU.make_inputs(shape, 0, "cuda")
+    solution.linear_gelu(*inputs)  # autotunes outside the recording, as the grader's warm-up call does
+    _, recorded = plan.record_call(solution.linear_gelu, inputs)
+    assert recorded["problems"] == []
+    assert [launch["kernel"] for launch in recorded["launches"]] == ["linear_gelu_kernel"]
+    exported = tmp_path / "export.json"
+    exported.write_text(json.dumps({"kernels": {GELU.id: {"calls": {"c": {"plan": recorded}}}}}))
+    target = recorded["launches"][0]["target"]
+    build_kernels.build({"notebook": str(NOTEBOOK), "export": str(exported), "target": target,
+                         "out": str(tmp_path / "built")})
+    compiled = compile_ttgir.compile_built(tmp_path / "built", target, tmp_path / "cache", tmp_path / "log", 300)
+    assert compiled.status == results.OK, compiled
+    kernels = replay.load_kernels(tmp_path / "built")
+    triton.set_allocator(lambda size, alignment, stream: pytest.fail("the notebook's allocator was used"))
+    fresh = GELU.make_inputs(shape, 1, "cuda")
+    prepared = replay.prepare(recorded, fresh, kernels, torch.float16, GELU.output_shape(shape), 2**28)
+    out = replay.launch(prepared)
+    torch.cuda.synchronize()
+    assert check.relative_error(out, GELU.reference(fresh)) < GELU.tolerance

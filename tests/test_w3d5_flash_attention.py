@@ -16,7 +16,7 @@ import nbformat
 import pytest
 import torch
 
-from course import check, spec
+from course import check, device, spec
 from course.exercises import w3d5_flash_attention as day5
 from course.recorder import plan
 from grader import build_kernels
@@ -41,8 +41,8 @@ def _bench_module():
 
 @pytest.fixture(scope="module")
 def solution():
-    """The solution notebook's kernel and launch cells as a module (interpreted on this CPU)."""
-    return _bench_module().load_solution("day5_flash_attention", "cpu")
+    """The solution notebook's kernel and launch cells as a module (interpreted on a CPU)."""
+    return _bench_module().load_solution("day5_flash_attention", "auto")
 
 
 def _with_cells(solution_module, cells: dict[str, str], tmp_path):
@@ -51,7 +51,7 @@ def _with_cells(solution_module, cells: dict[str, str], tmp_path):
     notebook = nbformat.read(str(NOTEBOOK), as_version=4)
     sources = {c.metadata.get("nbgrader", {}).get("grade_id"): c.source for c in notebook.cells}
     sources.update(cells)
-    source = bench.PREAMBLE.replace("DEVICE_MODE", "'cpu'") + "\n\n".join(
+    source = bench.PREAMBLE.replace("DEVICE_MODE", "'auto'") + "\n\n".join(
         sources[name] for name in bench.CELLS["day5_flash_attention"])
     file = tmp_path / "student.py"
     file.write_text(source + "\n")
@@ -207,13 +207,15 @@ def test_the_solution_passes_every_shape_in_both_dtypes(solution):
         for which in ("visible", "hidden"):
             results = check.check(exercise, solution.attention, which)
             assert all(r.passed for r in results), [r.message for r in results if not r.passed]
-    _, recorded = plan.record_call(solution.attention, FP16.make_inputs((1, 2, 50, 64, 1), 0, "cpu"))
+    inputs = FP16.make_inputs((1, 2, 50, 64, 1), 0, device.info().torch_device)
+    solution.attention(*inputs)  # autotunes outside the recording, as the grader's warm-up call does
+    _, recorded = plan.record_call(solution.attention, inputs)
     assert recorded["problems"] == [] and [launch["kernel"] for launch in recorded["launches"]] == ["attention_kernel"]
 
 
 def test_the_classic_mistake_fails_the_visible_shapes(solution, tmp_path):
     student = _with_cells(solution, parse_answers((DEMOS / "no_rescale.py").read_text()), tmp_path)
-    results = check.check(FP16, student.attention, [(1, 2, 64, 64, 0), (1, 1, 1, 64, 0)])
+    results = check.check(FP16, student.attention, [(1, 2, 300, 64, 0), (1, 1, 1, 64, 0)])
     assert not results[0].passed and results[1].passed  # one block of keys: nothing to rescale
 
 
@@ -233,10 +235,12 @@ def test_the_biggest_configuration_compiles_for_sm90_and_fits_an_h100(tmp_path, 
 
     from course.compiler import compile_triton
 
-    _, recorded = plan.record_call(solution.attention, FP16.make_inputs((1, 2, 50, 128, 1), 0, "cpu"))
+    inputs = FP16.make_inputs((1, 2, 50, 128, 1), 0, device.info().torch_device)
+    solution.attention(*inputs)
+    _, recorded = plan.record_call(solution.attention, inputs)
     launches = {}
     for causal in (False, True):
-        launch = copy.deepcopy(recorded["launches"][0])
+        launch = copy.deepcopy(recorded["launches"][-1])
         names = list(launch["signature"])
         values = {"HEAD_DIM": {"int": 128}, "BLOCK_M": {"int": 128}, "BLOCK_N": {"int": 128},
                   "CAUSAL": {"bool": causal}}
@@ -259,3 +263,33 @@ def test_the_biggest_configuration_compiles_for_sm90_and_fits_an_h100(tmp_path, 
         compiled = compile_triton(str(tmp_path / "built" / entry["file"]), GPUTarget("cuda", 90, 32))
         assert compiled.metadata.shared <= H100_SHARED_BYTES
     assert build_kernels.launch_key(launches["bench-1"]["plan"]["launches"][0]) in index
+
+
+# --- on a GPU: the judge's replay of the recorded launch on its own inputs ---------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(2, 3, 1000, 64, 1), (1, 2, 777, 128, 0)], ids=["causal-d64", "full-d128"])
+def test_the_kernel_replays_on_the_judge_s_own_inputs(tmp_path, solution, shape):
+    import triton
+
+    from grader import compile_ttgir, replay, results
+
+    inputs = FP16.make_inputs(shape, 0, "cuda")
+    solution.attention(*inputs)  # autotunes outside the recording, as the grader's warm-up call does
+    _, recorded = plan.record_call(solution.attention, inputs)
+    assert recorded["problems"] == [] and [launch["kernel"] for launch in recorded["launches"]] == ["attention_kernel"]
+    assert recorded["launches"][0]["grid"][1] == shape[0] * shape[1]  # a 2-D grid: query blocks x heads
+    exported = tmp_path / "export.json"
+    exported.write_text(json.dumps({"kernels": {FP16.id: {"calls": {"c": {"plan": recorded}}}}}))
+    target = recorded["launches"][0]["target"]
+    build_kernels.build({"notebook": str(NOTEBOOK), "export": str(exported), "target": target,
+                         "out": str(tmp_path / "built")})
+    compiled = compile_ttgir.compile_built(tmp_path / "built", target, tmp_path / "cache", tmp_path / "log", 300)
+    assert compiled.status == results.OK, compiled
+    kernels = replay.load_kernels(tmp_path / "built")
+    triton.set_allocator(lambda size, alignment, stream: pytest.fail("the notebook's allocator was used"))
+    fresh = FP16.make_inputs(shape, 1, "cuda")
+    prepared = replay.prepare(recorded, fresh, kernels, torch.float16, FP16.output_shape(shape), 2**28)
+    out = replay.launch(prepared)
+    torch.cuda.synchronize()
+    assert check.relative_error(out, FP16.reference(fresh)) < FP16.tolerance
