@@ -62,6 +62,7 @@ _TORCH_FUNCTIONS: dict[Any, str] = {
     torch.linalg.multi_dot: "torch.linalg.multi_dot",
     F.linear: "torch.nn.functional.linear",
     F.bilinear: "torch.nn.functional.bilinear",
+    F.scaled_dot_product_attention: "torch.nn.functional.scaled_dot_product_attention",
     torch.Tensor.__matmul__: "the @ operator",
     torch.Tensor.__rmatmul__: "the @ operator",
     torch.Tensor.matmul: "the @ operator (Tensor.matmul)",
@@ -85,6 +86,11 @@ _ATEN_MATMULS = frozenset(
         "mm", "bmm", "addmm", "addmm_", "baddbmm", "baddbmm_", "addbmm", "addbmm_", "matmul", "linear",
         "dot", "vdot", "mv", "addmv", "addmv_", "einsum", "tensordot", "inner", "_scaled_mm",
         "_int_mm", "_addmm_activation", "bilinear", "_trilinear", "chain_matmul", "linalg_multi_dot",
+        # attention's two matmuls in one library call (PyTorch's SDPA and the backends it dispatches to)
+        "scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+        "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_attention_math", "_flash_attention_forward",
+        "_efficient_attention_forward",
     }
 )
 

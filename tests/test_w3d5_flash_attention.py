@@ -293,3 +293,11 @@ def test_the_kernel_replays_on_the_judge_s_own_inputs(tmp_path, solution, shape)
     out = replay.launch(prepared)
     torch.cuda.synchronize()
     assert check.relative_error(out, FP16.reference(fresh)) < FP16.tolerance
+
+
+def test_the_notebook_s_own_check_refuses_the_library_s_attention():
+    from course.guard import ForbiddenCallError, Guard
+
+    q, k, v, causal = FP16.make_inputs((1, 1, 8, 64, 1), 0, "cpu")
+    with pytest.raises(ForbiddenCallError, match="scaled_dot_product_attention"), Guard():
+        torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
