@@ -17,6 +17,7 @@ import random
 
 import torch
 
+from course import grading_table
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
 
 # Held from import time (before any student code runs), so rebinding torch later cannot slow or fool the judge.
@@ -170,3 +171,38 @@ ROW_MAX = register(
         draw_hidden=draw_max_hidden,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week3/day1_reductions",
+    (
+        grading_table.Cells("`vector_sum` visible", "short vectors, printed by the check below",
+                            {"test_sum_visible": 2}),
+        grading_table.Cells(
+            "`vector_sum` hidden",
+            "vectors of up to 2^24 elements, lengths no multiple of a block",
+            {"test_sum_hidden": 3},
+        ),
+        grading_table.Speed(
+            "`vector_sum` speed",
+            "GB/s over `torch.sum`, and over the course's reference",
+            ((VECTOR_SUM, "vs_torch"), (VECTOR_SUM, "vs_reference")),
+        ),
+        grading_table.Cells("`row_max` visible", "the shapes printed by the check below", {"test_max_visible": 1}),
+        grading_table.Cells(
+            "`row_max` hidden",
+            "rows of 1 to 3 elements, rows no multiple of a block, rows longer than a block",
+            {"test_max_hidden": 2},
+        ),
+        grading_table.Speed(
+            "`row_max` speed",
+            "GB/s over `torch.amax(x, dim=1)`, and over the reference",
+            ((ROW_MAX, "vs_torch"), (ROW_MAX, "vs_reference")),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_sum_bytes": 1, "test_atomics": 1, "test_race": 1, "test_max_order": 1},
+        ),
+    ),
+))

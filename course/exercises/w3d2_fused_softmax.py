@@ -16,6 +16,7 @@ import random
 
 import torch
 
+from course import grading_table
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
 
 _library_softmax = torch.softmax  # held from import time: rebinding torch later cannot slow or fool the judge
@@ -95,3 +96,25 @@ SPEC = register(
         draw_hidden=draw_hidden,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week3/day2_fused_softmax",
+    (
+        grading_table.Cells(
+            "visible correctness", "rows that fit a block, logits of scale 1 and 10", {"test_softmax_visible": 2}),
+        grading_table.Cells(
+            "hidden correctness",
+            "logits scaled by up to 1000, rows no multiple of a block, rows of up to 120,000",
+            {"test_softmax_hidden": 3},
+        ),
+        grading_table.Speed("`vs_torch`", "your GB/s over `torch.softmax`", ((SPEC, "vs_torch"),)),
+        grading_table.Speed("`vs_reference`", "your GB/s over the course's reference softmax",
+                            ((SPEC, "vs_reference"),)),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_softmax_bytes": 1, "test_exp_overflow": 1, "test_online_sum": 1, "test_three_kernel_reads": 1},
+        ),
+    ),
+))

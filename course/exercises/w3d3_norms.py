@@ -17,6 +17,7 @@ import random
 
 import torch
 
+from course import grading_table
 from course.spec import ExerciseSpec, Inputs, Shape, ShapeSet, register, vs_library, vs_reference
 
 EPS = 1e-6
@@ -172,3 +173,30 @@ BACKWARD_DW = register(
         **_COMMON,
     )
 )
+
+
+TABLE = grading_table.register(grading_table.GradingTable(
+    "week3/day3_norms",
+    (
+        grading_table.Cells(
+            "`rmsnorm` visible, hidden",
+            "y in fp16 (1e-2); hidden: rows of 3, 4097 and 16,384, rows no multiple of a block",
+            {"test_rmsnorm_visible": 1, "test_rmsnorm_hidden": 2},
+        ),
+        grading_table.Cells("`rmsnorm_dx` visible, hidden", "dx in fp16 (1e-2), same shapes",
+                            {"test_dx_visible": 1, "test_dx_hidden": 2}),
+        grading_table.Cells("`rmsnorm_dw` visible, hidden", "dw in fp32 (1e-4, a sum over the rows), same shapes",
+                            {"test_dw_visible": 1, "test_dw_hidden": 2}),
+        grading_table.Speed(
+            "speed, each of the three",
+            "GB/s over torch's fused RMSNorm kernels, and over the reference",
+            tuple((spec, name) for spec in (FORWARD, BACKWARD_DX, BACKWARD_DW)
+                  for name in ("vs_torch", "vs_reference")),
+        ),
+        grading_table.Cells(
+            "understanding check",
+            "four short answers at the end",
+            {"test_rmsnorm_bytes": 1, "test_rstd": 1, "test_dw_partial_rows": 1, "test_dw_atomics": 1},
+        ),
+    ),
+))
