@@ -125,7 +125,7 @@ QUIZZES: dict[str, tuple[Answer, ...]] = {
     "week2/day7_optimized_gemm": (
         _count("stage_bytes", "bytes"), _count("stages_that_fit", "stages"), _count("last_wave_sms", "SMs"),
         _count("first_wave_panels_grouped", "panels")),
-    # Week 3: one entry per day, in the order of solutions/week3/README.md.
+    # Week 3: one entry per day, in day order.
     "week3/day1_reductions": (
         _count("sum_bytes_2_28", "bytes"), _count("atomics_2_28_block_4096", "atomic adds"),
         _count("race_smallest_out", "the value out holds (an integer)"), _yes_no("max_order_free")),

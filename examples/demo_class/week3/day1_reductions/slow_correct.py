@@ -36,12 +36,11 @@ def vector_sum(x: torch.Tensor) -> torch.Tensor:
 def row_max_kernel(x_ptr, out_ptr, N, stride_m, BLOCK: tl.constexpr):
     """One program per row, blocks of BLOCK."""
     row = tl.program_id(0)
-    best = float("-inf")
+    best = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        best = tl.maximum(best, tl.max(tl.load(x_ptr + row * stride_m + cols, mask=cols < N, other=float("-inf")),
-                                       axis=0))
-    tl.store(out_ptr + row, best)
+        best = tl.maximum(best, tl.load(x_ptr + row * stride_m + cols, mask=cols < N, other=float("-inf")))
+    tl.store(out_ptr + row, tl.max(best, axis=0))
 
 
 def row_max(x: torch.Tensor) -> torch.Tensor:

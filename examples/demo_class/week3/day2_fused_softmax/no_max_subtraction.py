@@ -20,10 +20,11 @@ def softmax_row_kernel(x_ptr, out_ptr, N, stride_xm, stride_om, BLOCK: tl.conste
 @triton.jit
 def softmax_online_kernel(x_ptr, out_ptr, N, stride_xm, stride_om, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
-    s = 0.0
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        s += tl.sum(tl.exp(tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=float("-inf"))), axis=0)
+        acc += tl.exp(tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=float("-inf")))
+    s = tl.sum(acc, axis=0)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=float("-inf"))

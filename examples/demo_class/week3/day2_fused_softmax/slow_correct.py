@@ -11,11 +11,11 @@ slower than a fused softmax on a GPU. Q4 is wrong (it counts one read, as if the
 def softmax_row_kernel(x_ptr, out_ptr, N, stride_xm, stride_om, BLOCK: tl.constexpr):
     """Pass 1: out_ptr[row] = max of the row."""
     row = tl.program_id(0)
-    m = float("-inf")
+    m = tl.full((BLOCK,), float("-inf"), dtype=tl.float32)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        m = tl.maximum(m, tl.max(tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=float("-inf")), 0))
-    tl.store(out_ptr + row, m)
+        m = tl.maximum(m, tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=float("-inf")))
+    tl.store(out_ptr + row, tl.max(m, axis=0))
 
 
 @triton.jit
@@ -23,12 +23,12 @@ def row_sums_kernel(x_ptr, max_ptr, sum_ptr, N, stride_xm, BLOCK: tl.constexpr):
     """Pass 2: sum_ptr[row] = sum of exp(x - max) over the row."""
     row = tl.program_id(0)
     m = tl.load(max_ptr + row)
-    s = 0.0
+    s = tl.zeros((BLOCK,), dtype=tl.float32)
     for start in range(0, N, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=float("-inf"))
-        s += tl.sum(tl.exp(x - m), axis=0)
-    tl.store(sum_ptr + row, s)
+        s += tl.exp(x - m)
+    tl.store(sum_ptr + row, tl.sum(s, axis=0))
 
 
 @triton.jit

@@ -11,7 +11,7 @@ be deterministic.
 # %% all < solution
 
 # %% backward_kernels
-BWD_PROGRAMS_PER_SM = 2  # measured on an H100: bench/week3_references.py
+BWD_PROGRAMS_PER_SM = 2  # a tuning knob, as above
 
 
 @triton.jit
