@@ -4,6 +4,7 @@ the interpreter, with the `lost-update` warning that explains why a GPU fails it
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import random
 
@@ -121,3 +122,37 @@ def test_the_solution_is_right_on_a_benchmark_shape_on_the_gpu(solution):
     for spec, fn in ((SUM, solution.vector_sum), (MAX, solution.row_max)):
         inputs = spec.make_inputs(spec.bench_shapes.gpu[-1], 1, "cuda")
         assert check.relative_error(fn(*inputs), spec.reference(inputs)) <= spec.tolerance
+
+
+ATOMIC = '''
+@triton.jit
+def atomic_sum_kernel(x_ptr, out_ptr, N, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.atomic_add(out_ptr, tl.sum(tl.load(x_ptr + offsets, mask=offsets < N, other=0.0), axis=0))
+
+
+def atomic_sum(x):
+    out = torch.zeros((1,), device=x.device, dtype=torch.float32)
+    atomic_sum_kernel[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+'''
+
+
+@pytest.mark.skipif(course.device.info().has_gpu, reason="records an interpreted call")
+def test_the_recorded_plans_carry_what_the_judge_replays(tmp_path, solution):
+    """An atomic sum's plan allocates its output as zeros, so the judge's replay (grader.replay, which allocates the
+    plan's buffers afresh for every timed call) starts each call from 0; the two-pass sum's plan holds both launches
+    and the partials buffer between them."""
+    from course.recorder import plan
+
+    path = tmp_path / "atomic.py"
+    path.write_text("import torch\nimport triton\nimport triton.language as tl\n" + ATOMIC, encoding="utf-8")
+    loaded = importlib.util.spec_from_file_location("atomic_cell", path)
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    inputs = SUM.make_inputs((5000,), 0, "cpu")
+    _, atomic = plan.record_call(module.atomic_sum, inputs)
+    assert not atomic["problems"] and len(atomic["launches"]) == 1
+    assert [a.get("init") for a in atomic["allocations"]] == ["zeros"]
+    _, two_pass = plan.record_call(solution.vector_sum, inputs)
+    assert not two_pass["problems"] and len(two_pass["launches"]) == 2 and len(two_pass["allocations"]) == 2
