@@ -13,7 +13,7 @@ judge sets TRITON_INTERPRET, neither of them in the key). The cache's groups nam
 judge must use the same folder.
 
 Why outside the sandbox: the input is IR text, each file checked against its index entry's digest
-(``grader.replay.built_ttgir``, in the grader before the process starts), and nothing of the notebook's
+(``grader.built_index.built_ttgir``, in the grader before the process starts), and nothing of the notebook's
 Python exists here: the only code that
 runs is Triton's compiler and the grader's, exactly what the judge ran on the same files before (it
 compiled them itself), and the cache it fills is the judge's own. Why a process of its own: a compiler
@@ -40,35 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from grader import results
+from grader.built_index import COMPILED, built_ttgir, compile_error
 from grader.execute import Outcome
 from grader.layout import REPO
 from grader.sandbox import SANDBOX_NICE
-
-COMPILED = "compiled.json"  # in the built folder: {"target": ..., "errors": {launch key: message}}
-
-
-def compile_error(kernel: Any, error: object) -> str:
-    """The message of a kernel the judge's compiler refused, for the student (as the judge has always said it)."""
-    return f"the judge could not compile kernel {kernel}: {error}"[:500]
-
-
-def compiled_errors(built: Path) -> dict[str, str]:
-    """The compile errors ``compile_built`` recorded for ``built`` (launch key -> message); {} where none were."""
-    file = built / COMPILED
-    if file.is_symlink() or not file.is_file():
-        return {}
-    try:
-        errors = json.loads(file.read_text(encoding="utf-8")).get("errors")
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return {str(k): str(v)[:500] for k, v in errors.items()} if isinstance(errors, dict) else {}
 
 
 def _intact(built: Path) -> dict[str, dict[str, str]]:
     """Launch key -> {"file", "kernel"} of each Triton entry of the index whose file matches its digest (CUDA C
     modules are already binaries; a changed file is the judge's to refuse, saying so)."""
-    from grader.replay import built_ttgir
-
     index_file = built / "index.json"
     index = json.loads(index_file.read_text(encoding="utf-8")) if index_file.is_file() else {}
     found = {}

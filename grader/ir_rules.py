@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from grader import built_index
 from grader.build_kernels import launch_key
 
 OPS: dict[str, tuple[str, ...]] = {
@@ -74,10 +75,8 @@ def plan_problem(plan: Any, ttgir: Mapping[str, str], errors: Mapping[str, str],
 
 def read_built(built: Path) -> tuple[dict[str, str], dict[str, str]]:
     """The builder's Triton kernels in ``built`` as (launch key -> TTGIR text, launch key -> why there is none), each
-    file checked against its index entry's digest (``grader.replay.built_ttgir``): for a judge that does not
+    file checked against its index entry's digest (``grader.built_index.built_ttgir``): for a judge that does not
     compile them (the CPU's)."""
-    from grader import replay
-
     texts: dict[str, str] = {}
     errors: dict[str, str] = {}
     index_file = built / "index.json"
@@ -91,7 +90,7 @@ def read_built(built: Path) -> tuple[dict[str, str], dict[str, str]]:
             errors[str(key)] = str(entry["error"])[:600]
             continue
         try:
-            texts[str(key)] = replay.built_ttgir(built, entry)
+            texts[str(key)] = built_index.built_ttgir(built, entry)
         except ValueError as error:
             errors[str(key)] = str(error)
     return texts, errors

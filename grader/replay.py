@@ -23,8 +23,9 @@ import torch
 
 from course import cuda
 from course.recorder.plan_format import ttgir_digest
-from grader import build_cuda, compile_ttgir, tma_replay
+from grader import build_cuda, tma_replay
 from grader.build_kernels import launch_key
+from grader.built_index import built_ttgir, compile_error, compiled_errors
 from grader.plan_checks import (
     MAX_PROGRAMS,
     Unreplayable,
@@ -34,8 +35,6 @@ from grader.plan_checks import (
     output_placement,
     resolve_arguments,
 )
-
-MAX_TTGIR_BYTES = 64 * 2**20
 
 DTYPES = {name: getattr(torch, name) for name in ("float16", "bfloat16", "float32", "float64", "int8", "int16",
                                                   "int32", "int64", "uint8", "bool")}
@@ -54,19 +53,6 @@ class Kernels:
     ttgir: dict[str, str] = field(default_factory=dict)  # launch key -> the TTGIR compiled (grader.ir_rules reads it)
     loaded: list[str] = field(default_factory=list)  # launch keys found compiled in Triton's cache
     compiled_here: list[str] = field(default_factory=list)  # launch keys the judge had to compile (cache misses)
-
-
-def built_ttgir(built: Path, entry: dict[str, Any]) -> str:
-    """The TTGIR text of one index entry, read from the file the index names (a plain file in ``built``) and
-    checked against the entry's digest: a build that rewrote its own files is refused. Raises ValueError."""
-    name = entry.get("kernel")
-    file = built / Path(str(entry.get("file"))).name
-    if file.is_symlink() or not file.is_file() or file.stat().st_size > MAX_TTGIR_BYTES:
-        raise ValueError(f"the build of kernel {name} is missing or malformed")
-    text = file.read_text(encoding="utf-8", errors="replace")
-    if ttgir_digest(text) != entry.get("digest"):
-        raise ValueError(f"the build of kernel {name} was changed after it was compiled")
-    return text
 
 
 @contextmanager
@@ -105,7 +91,7 @@ def _load_triton(kernels: Kernels, key: str, entry: dict[str, Any], file: Path, 
     except tma_replay.DescriptorError as error:
         kernels.errors[key] = f"the judge cannot replay kernel {entry.get('kernel')}: {error}"
     except Exception as error:  # a TTGIR the compiler refuses is reported, not raised
-        kernels.errors[key] = compile_ttgir.compile_error(entry.get("kernel"), error)
+        kernels.errors[key] = compile_error(entry.get("kernel"), error)
 
 
 def load_kernels(built: Path, target: Any = None, cache: Path | None = None) -> Kernels:
@@ -121,7 +107,7 @@ def load_kernels(built: Path, target: Any = None, cache: Path | None = None) -> 
     kernels = Kernels({}, {}, {})
     index_file = built / "index.json"
     index = json.loads(index_file.read_text(encoding="utf-8")) if index_file.exists() else {}
-    recorded = compile_ttgir.compiled_errors(built)
+    recorded = compiled_errors(built)
     with _counted_cache(cache) as hits:
         for key, entry in index.items():
             if "error" in entry:

@@ -15,7 +15,7 @@ import pytest
 from triton.backends.compiler import GPUTarget
 
 from course.recorder.plan_format import ttgir_digest
-from grader import build_kernels, compile_ttgir, replay, results
+from grader import build_kernels, built_index, compile_ttgir, replay, results
 from grader.layout import REPO, SOLUTIONS
 
 NOTEBOOK = SOLUTIONS / "week1" / "day7_fast_matmul.ipynb"
@@ -157,7 +157,7 @@ def test_the_builder_writes_the_ttgir_of_a_full_compile_and_compiles_no_further(
 def test_compile_built_fills_the_judge_cache_and_a_fresh_judge_compiles_nothing(compiled, tmp_path):
     built, cache, outcome = compiled
     assert outcome.status == results.OK and outcome.timings["compile"] > 0, outcome
-    assert results.read_json(built / compile_ttgir.COMPILED) == {"target": SM90, "errors": {}}
+    assert results.read_json(built / built_index.COMPILED) == {"target": SM90, "errors": {}}
     assert len(list(cache.rglob("__grp__*.json"))) == len(KEYS) and len(list(cache.rglob("*.cubin"))) == len(KEYS)
     assert not list(cache.rglob("*.llir")) and not list(cache.rglob("*.ptx"))  # the binary alone is kept
     before = _files(cache)
@@ -189,7 +189,7 @@ def test_a_ttgir_changed_after_its_build_is_neither_compiled_nor_loaded(built, t
     file.write_text(file.read_text().replace("tt.dot", "tt.dot ", 1))
     outcome = compile_ttgir.compile_built(tmp_path / "built", SM90, tmp_path / "cache", tmp_path / "log", 300)
     assert outcome.status == results.OK
-    assert results.read_json(tmp_path / "built" / compile_ttgir.COMPILED)["errors"] == {}
+    assert results.read_json(tmp_path / "built" / built_index.COMPILED)["errors"] == {}
     assert len(list((tmp_path / "cache").rglob("__grp__*.json"))) == 1
     kernels = replay.load_kernels(tmp_path / "built", target=GPUTarget(**SM90), cache=tmp_path / "cache")
     assert kernels.errors == {changed: "the build of kernel matmul_kernel was changed after it was compiled"}
@@ -213,7 +213,7 @@ def test_a_ttgir_the_compiler_refuses_is_that_kernel_s_error_where_the_judge_rep
     folder, refused, kept = _refused_by_the_compiler(built, tmp_path / "built")
     outcome = compile_ttgir.compile_built(folder, SM90, tmp_path / "cache", tmp_path / "log", 300)
     assert outcome.status == results.OK
-    errors = results.read_json(folder / compile_ttgir.COMPILED)["errors"]
+    errors = results.read_json(folder / built_index.COMPILED)["errors"]
     assert list(errors) == [refused]
     assert errors[refused].startswith("the judge could not compile kernel matmul_kernel: ")
     found = _judge_load(tmp_path, folder, tmp_path / "cache", target=SM90, forbid_compiling=True)
@@ -246,7 +246,7 @@ def test_a_compiler_that_aborts_costs_only_the_kernel_it_was_compiling(built, tm
     monkeypatch.setenv("ABORT_ON", aborted)
     outcome = compile_ttgir.compile_built(tmp_path / "built", SM90, tmp_path / "cache", tmp_path / "log", 300)
     assert outcome.status == results.OK, outcome
-    errors = results.read_json(tmp_path / "built" / compile_ttgir.COMPILED)["errors"]
+    errors = results.read_json(tmp_path / "built" / built_index.COMPILED)["errors"]
     assert errors == {aborted: "the judge could not compile kernel matmul_kernel: the compiler stopped (exit code -6)"}
     kernels = replay.load_kernels(tmp_path / "built", target=GPUTarget(**SM90), cache=tmp_path / "cache")
     assert kernels.loaded == [kept] and kernels.errors == errors
@@ -263,9 +263,9 @@ def test_a_compile_stage_past_its_limit_is_a_grader_error(built, tmp_path):
 def test_a_record_the_builder_left_is_never_taken_for_the_stage_s(tmp_path):
     (tmp_path / "built").mkdir()
     (tmp_path / "built" / "index.json").write_text("{not json")
-    forged = tmp_path / "built" / compile_ttgir.COMPILED
+    forged = tmp_path / "built" / built_index.COMPILED
     forged.write_text(json.dumps({"errors": {KEYS[0]: "the judge could not compile kernel matmul_kernel: forged"}}))
-    assert compile_ttgir.compiled_errors(tmp_path / "built") != {}
+    assert built_index.compiled_errors(tmp_path / "built") != {}
     outcome = compile_ttgir.compile_built(tmp_path / "built", SM90, tmp_path / "cache", tmp_path / "log", 60)
     assert outcome.status == results.GRADER_ERROR and "JSONDecodeError" in outcome.message
-    assert not forged.exists() and compile_ttgir.compiled_errors(tmp_path / "built") == {}
+    assert not forged.exists() and built_index.compiled_errors(tmp_path / "built") == {}

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import build_kernels, execute, ir_rules, replay, sandbox
+from grader import build_kernels, built_index, execute, ir_rules, replay, sandbox
 from grader.layout import REPO
 
 SM90 = {"backend": "cuda", "arch": 90, "warp_size": 32}
@@ -250,15 +250,15 @@ def test_the_judge_refuses_a_built_file_that_differs_from_its_index_entry(tmp_pa
     source = _kernel("tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)")
     [(key, entry)] = _build(tmp_path, source, _launch()).items()
     built = tmp_path / "built"
-    assert replay.built_ttgir(built, entry).startswith("#")
+    assert built_index.built_ttgir(built, entry).startswith("#")
     file = built / entry["file"]
     file.write_text(file.read_text().replace("1.000000e+00", "2.000000e+00"))
     with pytest.raises(ValueError, match="changed after it was compiled"):
-        replay.built_ttgir(built, entry)
+        built_index.built_ttgir(built, entry)
     (built / "link.ttgir").symlink_to(file)
     for name in ("link.ttgir", "../../absent.ttgir"):
         with pytest.raises(ValueError, match="missing or malformed"):
-            replay.built_ttgir(built, {**entry, "file": name})
+            built_index.built_ttgir(built, {**entry, "file": name})
 
 
 RANK1 = "acc += tl.load(x_ptr + offs)[:, None] * tl.load(x_ptr + offs)[None, :]"
@@ -271,7 +271,7 @@ def test_a_ban_is_checked_on_the_compiled_kernel(tmp_path, line, banned):
     body = f"offs = tl.arange(0, 16)\nacc = tl.full((16, 16), 0.0, tl.float32)\n{line}\n" \
            "tl.device_assert(acc == acc, 'tt.dot')\ntl.store(x_ptr + offs[:, None] * 16 + offs[None, :], acc)"
     [(key, entry)] = _build(tmp_path, _kernel(body), _launch()).items()
-    text = replay.built_ttgir(tmp_path / "built", entry)
+    text = built_index.built_ttgir(tmp_path / "built", entry)
     problem = ir_rules.problem(text, ["tl.dot"], "kernel k")
     assert (problem is not None) == banned, problem
     plan = {"launches": [_launch()]}
