@@ -93,7 +93,7 @@ def stop(processes: list[subprocess.Popen]) -> None:
 
 def drained() -> None:
     sys.path.insert(0, str(REPO))
-    from grader import gpu_idle
+    from grader.gpu import gpu_idle
 
     probe, quiet = gpu_idle.IdleProbe(), 0
     probe.start("0")

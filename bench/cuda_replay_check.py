@@ -5,9 +5,9 @@
 1. This process compiles a small kernel through ``course.cuda`` (NVRTC; the first compile and a cached
    one timed), launches it, and records a call with ``course.recorder.plan.record_call``; it writes the plan and
    a one-cell notebook holding the source as a top-level constant.
-2. ``python -m grader.build_kernels`` builds it in a process of its own (as the grader's builder does).
+2. ``python -m grader.build.build_kernels`` builds it in a process of its own (as the grader's builder does).
 3. A fresh process (``--judge``) loads the module, replays the plan on new inputs through
-   ``grader.replay``, compares with torch, times replay against a direct launch, and checks refusals.
+   ``grader.replay.gpu_replay``, compares with torch, times replay against a direct launch, and checks refusals.
 4. Every CUDA source the solution notebooks hand to ``course.cuda.compile`` is compiled with NVRTC for
    this GPU, with its time per module.
 
@@ -103,7 +103,7 @@ def _write_build_job(folder: Path, cell: str, recorded: dict, arch: int) -> None
 
 def build(folder: Path) -> dict:
     started = time.perf_counter()
-    ran = subprocess.run([sys.executable, "-m", "grader.build_kernels", str(folder / "build.json")], cwd=REPO,
+    ran = subprocess.run([sys.executable, "-m", "grader.build.build_kernels", str(folder / "build.json")], cwd=REPO,
                          capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - started
     report(ran.returncode == 0, f"builder process ({seconds:.2f} s wall) {ran.stderr[-800:]}")
@@ -120,7 +120,7 @@ def judge(work: Path) -> None:
 
     import course
     from course import bench
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     course.device.configure("gpu")
     recorded = json.loads((work / "export.json").read_text())["kernels"]["axpy"]["calls"]["c"]["plan"]

@@ -45,8 +45,8 @@ sys.path.insert(0, str(REPO))  # this checkout's grader and bench, not an instal
 import psutil  # noqa: E402
 
 from bench import throughput as tp  # noqa: E402
-from grader import demo  # noqa: E402
-from grader.layout import course_notebooks  # noqa: E402
+from grader.authoring import demo  # noqa: E402
+from grader.intake.layout import course_notebooks  # noqa: E402
 
 MODES = ("serial", "pipeline")
 MODEL = ("from each notebook's mean stage times: E = gpu_exclusive s (serial per GPU); R = the run's wall s "
@@ -111,7 +111,7 @@ def stop_with_stacks(grader: subprocess.Popen) -> int:
     into the grader's log and each judge.log), so a stall says where it waited."""
     with contextlib.suppress(psutil.Error):
         for process in [psutil.Process(grader.pid), *psutil.Process(grader.pid).children(recursive=True)]:
-            if process.pid == grader.pid or "grader.judge" in " ".join(process.cmdline()):
+            if process.pid == grader.pid or "grader.judge.verdict" in " ".join(process.cmdline()):
                 process.send_signal(signal.SIGUSR1)
     time.sleep(3.0)
     with contextlib.suppress(ProcessLookupError):

@@ -32,8 +32,9 @@ import psutil
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the grader's modules, run as a script from anywhere
 
-from grader import demo, out_lock  # noqa: E402
-from grader.layout import SOLUTIONS  # noqa: E402
+from grader.authoring import demo  # noqa: E402
+from grader.flow import out_lock  # noqa: E402
+from grader.intake.layout import SOLUTIONS  # noqa: E402
 
 PROGRESS = re.compile(r"^\d+/\d+ (\S+): (\w+) ")
 

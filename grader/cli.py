@@ -27,13 +27,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from grader import GRADER_VERSION, out_lock, release, stopping, term
-from grader.gpu_watch import BUSY_SECONDS as GPU_BUSY_SECONDS
-from grader.results import GRADER_ERROR, MISSING, NotebookResult
-from grader.roster import RosterError
-from grader.schedule import JUDGES_PER_GPU
-from grader.student_view import still_a_stub, stub_verdict, without_hidden_material
-from grader.term import Term, TermError
+from grader import GRADER_VERSION
+from grader.authoring import release
+from grader.flow import out_lock, stopping
+from grader.flow.schedule import JUDGES_PER_GPU
+from grader.gpu.gpu_watch import BUSY_SECONDS as GPU_BUSY_SECONDS
+from grader.lms import term
+from grader.lms.roster import RosterError
+from grader.lms.term import Term, TermError
+from grader.report.student_view import still_a_stub, stub_verdict, without_hidden_material
+from grader.score.results import GRADER_ERROR, MISSING, NotebookResult
 
 DEFAULT_OUT = Path("build/grades")
 TERM_FILE = "term.toml"
@@ -92,7 +95,7 @@ def _is_terminal(stream) -> bool:  # noqa: ANN001
 def summary_table(all_results: list[NotebookResult]) -> str:
     """One line per notebook: earned points of the graded maximum, the points still pending, and the late penalty
     with the final score (when the term takes points off)."""
-    from grader.tables import items_of
+    from grader.report.tables import items_of
 
     ordered = sorted(all_results, key=lambda r: (r.student.casefold(), r.student_id, r.assignment, r.notebook))
     student_width = max([len("student"), *(len(r.student) for r in ordered)]) + 2
@@ -170,9 +173,9 @@ def _settings(args: argparse.Namespace):
 
 def _term(args: argparse.Namespace) -> Term:
     """The term file named by --term, else the one --out was published with, else the course's term.toml when
-    there is one, else no due dates (``grader.publish.term_file``)."""
-    from grader import publish
-    from grader.layout import REPO, course_notebooks
+    there is one, else no due dates (``grader.report.publish.term_file``)."""
+    from grader.intake.layout import REPO, course_notebooks
+    from grader.report import publish
 
     path, line = publish.term_file(Path(args.out), args.term, REPO / TERM_FILE)
     args.term_path = path
@@ -187,9 +190,9 @@ def _term(args: argparse.Namespace) -> Term:
 
 def _report(out: Path, rules: Term, args: argparse.Namespace, all_results: list[NotebookResult] | None = None,
             submissions: Path | None = None) -> list[NotebookResult]:
-    """Every output from the results, the term and the overrides, together (``grader.publish.render``); the term
+    """Every output from the results, the term and the overrides, together (``grader.report.publish.render``); the term
     file and the submissions folder are remembered in OUT."""
-    from grader import publish
+    from grader.report import publish
 
     rendered = publish.render(out, rules, all_results, submissions)
     publish.remember(out, getattr(args, "term_path", None), submissions)
@@ -212,8 +215,8 @@ def cmd_release(args: argparse.Namespace) -> int:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from grader import demo
-    from grader.layout import safe_id
+    from grader.authoring import demo
+    from grader.intake.layout import safe_id
     from grader.pipeline import grade
 
     out = Path(args.out)
@@ -284,7 +287,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Grade one notebook exactly as the TA would, as a student called "you"."""
-    from grader.layout import course_notebooks
+    from grader.intake.layout import course_notebooks
     from grader.pipeline import grade
 
     path = Path(args.notebook)
@@ -314,7 +317,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     results_ = [r for r in results_ if (r.assignment, r.notebook) == (matches[0].assignment, matches[0].name)]
     for result in results_:
         without_hidden_material(result)
-    from grader.feedback import write_pages
+    from grader.report.feedback import write_pages
 
     index = write_pages(results_, out)
     for result in results_:
@@ -342,8 +345,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_pushed(args: argparse.Namespace) -> int:
-    """Grade the course notebooks among a list of paths of a checkout; see grader.pushed."""
-    from grader import pushed
+    """Grade the course notebooks among a list of paths of a checkout; see grader.push.pushed."""
+    from grader.push import pushed
 
     listing = sys.stdin.read() if args.changed == "-" else Path(args.changed).read_text(encoding="utf-8")
     try:
@@ -382,8 +385,8 @@ def _write_summary(path: str | None, markdown: str) -> None:
 
 
 def cmd_serve_pushes(args: argparse.Namespace) -> int:
-    """The push autograder's grading service; see grader.push_service."""
-    from grader import push_roster, push_service
+    """The push autograder's grading service; see grader.push.push_service."""
+    from grader.push import push_roster, push_service
 
     if not args.sandbox:
         print("error: the push service grades untrusted notebooks: it always sandboxes them", file=sys.stderr)
@@ -411,8 +414,8 @@ def cmd_serve_pushes(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from grader import sandbox
-    from grader.execute import Job, execute
+    from grader.run.execute import Job, execute
+    from grader.wall import sandbox
 
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -485,8 +488,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 
 def cmd_override(args: argparse.Namespace) -> int:
-    from grader import overrides
     from grader.pipeline import load_results
+    from grader.score import overrides
 
     out = Path(args.out)
     try:
@@ -503,8 +506,8 @@ def cmd_override(args: argparse.Namespace) -> int:
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from grader import collect, roster
-    from grader.layout import course_notebooks
+    from grader.intake.layout import course_notebooks
+    from grader.lms import collect, roster
 
     course = sorted({nb.assignment for nb in course_notebooks()})
     if args.assignment not in course:
@@ -522,7 +525,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from grader import demo
+    from grader.authoring import demo
 
     for path in demo.build(Path(args.destination)):
         print(f"wrote {path}")
@@ -618,7 +621,7 @@ def _selection_options(parser: argparse.ArgumentParser) -> None:
 
 def _assignments(text: str | None) -> tuple[str, ...]:
     """--assignment's names, each a course assignment (ValueError naming the known ones otherwise)."""
-    from grader.layout import course_notebooks
+    from grader.intake.layout import course_notebooks
 
     names = tuple(dict.fromkeys(part.strip() for part in (text or "").split(",") if part.strip()))
     known = sorted({nb.assignment for nb in course_notebooks()})
@@ -837,8 +840,8 @@ def _one_grader(args: argparse.Namespace) -> Iterator[None]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grader.gradebook import GradebookMismatch
     from grader.pipeline import SandboxUnavailable, UnknownGpu
+    from grader.score.gradebook import GradebookMismatch
 
     args = parser().parse_args(argv)
     with contextlib.suppress(ValueError):  # not the main thread (a test calling main): no handler

@@ -1,17 +1,18 @@
 """Grade a class: sanitize, run in the sandbox, build, judge, score and record, resumably.
 
 Per notebook: sanitize (here) -> the notebook runs in the sandbox with the grader's recording cell
-appended (``grader.execute``) -> on a GPU its kernels are built from source in a fresh sandbox; on
+appended (``grader.run.execute``) -> on a GPU its kernels are built from source in a fresh sandbox; on
 a CPU its plans are replayed on secret inputs through Triton's interpreter in a fresh sandbox
-(``grader.replay_cpu``), and kernels of an exercise that bans a call are built for a nominal GPU ->
-the judge (``grader.judge``: on a GPU its own process, under ``grader.watchdog``) runs the master
+(``grader.replay.replay_cpu``), and kernels of an exercise that bans a call are built for a nominal GPU ->
+the judge (``grader.judge.verdict``: on a GPU its own process, under ``grader.judge.watchdog``) runs the master
 test cells on the exported answers, then replays the plans on secret inputs (GPU) or checks the
 replayed outputs (CPU) -> score (here) -> gradebook and
 ``results/<student id>/<assignment>/<notebook>.json`` (atomic). Only this process writes OUT: it holds OUT's lock
-(``grader.out_lock``) throughout, and a stop signal (``grader.stopping``) ends it with every process it started
+(``grader.flow.out_lock``) throughout, and a stop signal (``grader.flow.stopping``) ends it with every process it
+started
 killed and no result half-written.
 Every student folder yields a result for every notebook of the batch's assignments, graded or not
-(``grader.layout.find_submissions``); the student id is the folder name's safe form.
+(``grader.intake.layout.find_submissions``); the student id is the folder name's safe form.
 A judge or build that fails is the grader's fault: ``grader_error``, never a student's zero.
 A result whose submission, grader version and device are unchanged is kept on a re-run (unless it
 is a grader_error); ``force`` grades everything again. On a GPU, the reference solution of each
@@ -46,26 +47,15 @@ from sqlalchemy.exc import SAWarning
 
 from course import spec as specs
 from course.recorder.plan_format import NOMINAL_TARGET
-from grader import (
-    GRADER_VERSION,
-    gpu_idle,
-    gpu_nodes,
-    gpu_work,
-    gradebook,
-    judge,
-    out_lock,
-    results,
-    sandbox,
-    score,
-    stopping,
-    term,
-    watchdog,
-)
-from grader.compile_ttgir import compile_built
-from grader.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
-from grader.gpu_gate import GpuGate, Pausable
-from grader.gpu_watch import BUSY_SECONDS, RunWatch
-from grader.layout import (
+from grader import GRADER_VERSION
+from grader.authoring.release import master_version
+from grader.build.compile_ttgir import compile_built
+from grader.flow import out_lock, stopping
+from grader.flow.schedule import JUDGES_PER_GPU, Limits, Scheduler
+from grader.gpu import gpu_idle, gpu_nodes, gpu_work
+from grader.gpu.gpu_gate import GpuGate, Pausable
+from grader.gpu.gpu_watch import BUSY_SECONDS, RunWatch
+from grader.intake.layout import (
     REPO,
     SOLUTIONS,
     CourseNotebook,
@@ -74,15 +64,19 @@ from grader.layout import (
     find_course_notebook,
     find_submissions,
 )
-from grader.release import master_version
-from grader.results import NotebookResult
-from grader.sanitize import for_the_sandbox, sanitize
-from grader.schedule import JUDGES_PER_GPU, Limits, Scheduler
+from grader.intake.sanitize import for_the_sandbox, sanitize
+from grader.judge import verdict as judge
+from grader.judge import watchdog
+from grader.lms import term
+from grader.run.execute import _CUDA_FAILURES, Job, Outcome, build, execute, replay_cpu
+from grader.score import gradebook, results, score
+from grader.score.results import NotebookResult
+from grader.wall import sandbox
 
 JUDGE_NAMESPACE = {"course", "math", "np", "torch"}
 RECORDING_CELL = "recording"
 WALL_NOTEBOOK = "wall.ipynb"  # the sanitized notebook with its hidden tests cleared: all a sandbox is given of it
-JUDGE_MODULE = "grader.judge"
+JUDGE_MODULE = "grader.judge.verdict"
 REPLAY_START_SECONDS = 120.0  # a CPU replay's sandbox and imports, on a loaded machine
 RUNS_PER_GPU = 6  # sandboxed runs sharing one GPU by default: paused while judges time, about half the time
 COMPILE_SECONDS = 600.0  # the TTGIR compile stage's limit, as the build's (its failure only costs the judge time)
@@ -115,10 +109,10 @@ class Settings:
     replay_floor: float = 20.0
     replay_factor: float = 50.0
     memory_bytes: int = 8 * 2**30
-    # GPU memory a run may hold (grader.gpu_watch); None: the GPU's memory shared evenly by the runs on it, with two
+    # GPU memory a run may hold (grader.gpu.gpu_watch); None: the GPU's memory shared evenly by the runs on it, with two
     # shares kept for the judge and the reference
     gpu_memory_bytes: int | None = None
-    gpu_busy_seconds: float = BUSY_SECONDS  # a run busy this long straight gets a drain (grader.gpu_watch)
+    gpu_busy_seconds: float = BUSY_SECONDS  # a run busy this long straight gets a drain (grader.gpu.gpu_watch)
     output_bytes: int = 64 * 2**20
     scratch_bytes: int = 2 * 2**30
     cpus_per_run: int | None = None  # None: the CPUs shared evenly among the parallel runs
@@ -438,7 +432,7 @@ def build_stage(task: Task, staged: Staged) -> Staged:
     outcome, jobs = staged.outcome, staged.jobs
     on_gpu = task.settings.device == "gpu"
     # On a CPU the kernels are built (for a nominal GPU) only where an exercise bans some call: the ban is
-    # checked on the compiled kernel (grader.ir_rules).
+    # checked on the compiled kernel (grader.judge.ir_rules).
     if on_gpu or any(specs.get(j["spec"]).forbidden_calls for j in jobs):
         fresh = sandbox.make_scratch("gpu-course-build-")
         try:
@@ -732,7 +726,7 @@ def reference_result(out: Path, notebook: CourseNotebook, settings: Settings, ru
 
 
 class GradingStages:
-    """This module's stages, as ``grader.schedule`` runs them."""
+    """This module's stages, as ``grader.flow.schedule`` runs them."""
 
     def run(self, task: Task, gpu: str | None, pause: Pausable | None) -> Staged:
         return run_stage(task, pause)
@@ -839,7 +833,7 @@ def _grade(submissions_root: Path, out: Path, settings: Settings, log: Callable[
     needed = sorted({(s.assignment, s.notebook) for s in todo if s.path})
     plans = {f"{a}/{n}": notebook_plan(find_course_notebook(a, n)) for a, n in needed}
 
-    from grader import feedback  # nbconvert and matplotlib: for the grader's own process only
+    from grader.report import feedback  # nbconvert and matplotlib: for the grader's own process only
 
     done = 0
     plots_ahead = feedback.PlotsAhead(out)
@@ -939,7 +933,7 @@ def _graded_result(submission: Submission, graded: Graded, task: Task, settings:
 
 
 def _watched(gate: GpuGate | None, limits: Limits, settings: Settings) -> contextlib.AbstractContextManager:
-    """The run watch on the gate's GPUs (grader.gpu_watch), or nothing where there is no gate."""
+    """The run watch on the gate's GPUs (grader.gpu.gpu_watch), or nothing where there is no gate."""
     if gate is None:
         return contextlib.nullcontext()
     runs_per_gpu = -(-limits.runs // max(1, len(limits.gpus)))

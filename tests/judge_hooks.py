@@ -1,4 +1,4 @@
-"""A judge for the watchdog's tests (``python -P -m tests.judge_hooks JOB.json``): grader.judge, where the
+"""A judge for the watchdog's tests (``python -P -m tests.judge_hooks JOB.json``): grader.judge.verdict, where the
 kernel verdicts are stand-ins, the graded function named by ``$HANG_SPEC`` runs a replay that never ends, and
 the one named by ``$BREAK_SPEC`` asks to be started again, as after a CUDA error that broke the context. With
 ``$ALONE_SECONDS`` set, the verdicts are made holding the GPU alone (``judge.WATCH.alone``), taking that long,
@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from course import spec as specs
-from grader import judge
+from grader.judge import verdict as judge
 
 
 def _judge_cpu(job: dict[str, Any]) -> dict[str, Any]:

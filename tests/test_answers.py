@@ -14,8 +14,10 @@ from nbgrader.utils import is_grade, is_solution
 import course
 from course import answers, spec
 from course.recorder.export import encode_answer
-from grader import judge, release, score
-from grader.layout import CourseNotebook, course_notebooks
+from grader.authoring import release
+from grader.intake.layout import CourseNotebook, course_notebooks
+from grader.judge import verdict as judge
+from grader.score import score
 
 NOTEBOOKS = course_notebooks()
 IDS = [nb.key for nb in NOTEBOOKS]

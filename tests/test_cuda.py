@@ -19,7 +19,7 @@ import torch
 
 from course import cuda
 from course.recorder import plan, plan_format
-from grader import build_cuda, build_kernels
+from grader.build import build_cuda, build_kernels
 from tests.conftest import HAS_GPU
 
 REPO = Path(__file__).resolve().parent.parent
@@ -252,7 +252,7 @@ def test_a_kernel_runs_on_torchs_stream_and_counts_as_a_launch(tmp_path):
 
 @pytest.mark.gpu
 def test_a_recorded_cuda_plan_replays_from_the_built_module_on_fresh_inputs(tmp_path):
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     cell = _module(tmp_path, CELL, "gpu_cuda_replay_cell")
     x = torch.randn(1000, device="cuda")

@@ -15,7 +15,7 @@ from course import check, plot
 from course.exercises import w1d1_host_baseline as day1
 from course.recorder import export
 from course.spec import judged_shapes
-from grader import judge
+from grader.judge import verdict as judge
 
 MATMUL, TIMER = day1.MATMUL, day1.TIMER
 

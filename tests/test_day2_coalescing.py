@@ -18,7 +18,7 @@ from course.days import coalescing
 from course.exercises import transpose
 from course.exercises import w2d2_coalescing as day2
 from course.spec import get
-from grader.layout import SOLUTIONS
+from grader.intake.layout import SOLUTIONS
 
 SPEC = get("w2d2.transpose")
 

@@ -230,14 +230,14 @@ def test_gpu_work_longer_than_one_launch_is_split_and_still_timed_right():
 
 def test_the_recorder_times_the_students_calls_with_the_gpu_alone_and_only_those(tmp_path, monkeypatch):
     # Its answer is a time measured in the run: beside other runs on a shared GPU the truth would not hold, so
-    # each recorded call asks the grader for the GPU alone (grader.run_alone); a host exercise that measures
+    # each recorded call asks the grader for the GPU alone (grader.run.run_alone); a host exercise that measures
     # nothing on the GPU asks nothing.
     import json
 
     from course.exercises.w1d1_host_baseline import MATMUL
     from course.recorder import alone, export
-    from grader.gpu_gate import GpuGate
-    from grader.run_alone import AloneChannel
+    from grader.gpu.gpu_gate import GpuGate
+    from grader.run.run_alone import AloneChannel
 
     request = tmp_path / "request.json"
     calls = [{"key": f"visible-{i}", "shape": [25], "seed": i} for i in range(2)]

@@ -11,9 +11,11 @@ import torch
 
 from course import check, spec
 from course.days import banks
-from grader import build_cuda, judge, score
-from grader.layout import find_course_notebook
-from grader.release import master_version
+from grader.authoring.release import master_version
+from grader.build import build_cuda
+from grader.intake.layout import find_course_notebook
+from grader.judge import verdict as judge
+from grader.score import score
 from tests.conftest import HAS_GPU
 
 SPEC = spec.get("w2d3.transpose_padded")

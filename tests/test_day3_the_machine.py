@@ -204,7 +204,7 @@ def test_coordinate_hidden_sets_stay_within_the_launch_limits():
 
 
 def test_a_kernel_without_performance_items_gets_no_benchmark_calls():
-    from grader.layout import find_course_notebook
+    from grader.intake.layout import find_course_notebook
     from grader.pipeline import Settings, kernel_calls
 
     notebook = find_course_notebook("week1", "day3_the_machine")

@@ -14,8 +14,8 @@ import torch
 from course import check, device, spec
 from course.exercises import w1d4_first_kernel as day4
 from course.recorder import plan
-from grader import build_kernels
-from grader.layout import SOLUTIONS
+from grader.build import build_kernels
+from grader.intake.layout import SOLUTIONS
 
 ADD = spec.get("w1d4.vector_add")
 SAXPY = spec.get("w1d4.saxpy")
@@ -237,7 +237,7 @@ def test_the_solution_kernels_compile_for_sm90_contiguous_and_strided(tmp_path):
 
 @pytest.mark.gpu
 def test_the_solution_replays_on_fresh_strided_inputs_in_another_build(tmp_path, solution):
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     shape = (4099, 2, 3)
     exported, recorded = tmp_path / "export.json", {}

@@ -11,7 +11,7 @@ import torch
 from course import plot, spec
 from course.exercises import w1d5_memory as day5
 from grader import pipeline
-from grader.layout import course_notebooks
+from grader.intake.layout import course_notebooks
 from grader.pipeline import Settings
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day5_memory")

@@ -21,7 +21,9 @@ from course import spec
 from course.exercises import matmul
 from course.exercises import w2d5_tma as day5
 from course.recorder import descriptors, plan
-from grader import build_kernels, replay, tma_replay
+from grader.build import build_kernels
+from grader.replay import gpu_replay as replay
+from grader.replay import tma_replay
 
 KERNEL_CELL = '''
 import torch

@@ -19,9 +19,12 @@ from course.device import DeviceInfo
 from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
 from course.recorder import plan_format
-from grader import build_kernels, host_tensor, judge, pipeline, replay_cpu, replay_inputs
-from grader.layout import SOLUTIONS, course_notebooks
+from grader import pipeline
+from grader.build import build_kernels
+from grader.intake.layout import SOLUTIONS, course_notebooks
+from grader.judge import verdict as judge
 from grader.pipeline import Settings
+from grader.replay import host_tensor, replay_cpu, replay_inputs
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week2/day6_tensor_cores")
 SPECS = (day6.FP16, day6.BF16)

@@ -9,7 +9,7 @@ import torch
 
 from course import check, plot, spec
 from course.exercises.w1d6_tiling import SPEC, loaded_bytes
-from grader.layout import REPO
+from grader.intake.layout import REPO
 
 NOTEBOOK = REPO / "solutions" / "week1" / "day6_tiling.ipynb"
 STUDENT = REPO / "week1" / "day6_tiling.ipynb"

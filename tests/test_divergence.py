@@ -10,7 +10,8 @@ import triton.language as tl
 
 from course import check, divergence, spec
 from course.divergence import KernelSource
-from grader import build_kernels, judge
+from grader.build import build_kernels
+from grader.judge import verdict as judge
 
 DAY6 = spec.get("w1d6.matmul_outer")
 DAY7 = spec.get("w1d7.matmul_fp32")

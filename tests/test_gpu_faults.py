@@ -1,5 +1,5 @@
 """One run's kernel or memory costs only that run, with a fake driver: the GPU gate and the run watch find the
-culprit from per-process accounting (``grader.gpu_work``'s shape of answers), stop its process tree with a status
+culprit from per-process accounting (``grader.gpu.gpu_work``'s shape of answers), stop its process tree with a status
 of its own, and leave every other run going. Real processes stand for the runs; the fake driver says which of them
 "has a kernel running" and how much memory each holds."""
 
@@ -17,9 +17,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader import pipeline, results, sandbox
-from grader.gpu_gate import GPU_HANG, GPU_MEMORY, GpuGate
-from grader.gpu_watch import RunWatch
+from grader import pipeline
+from grader.gpu.gpu_gate import GPU_HANG, GPU_MEMORY, GpuGate
+from grader.gpu.gpu_watch import RunWatch
+from grader.score import results
+from grader.wall import sandbox
 from tests.conftest import HAS_GPU
 
 
@@ -195,7 +197,7 @@ def test_a_run_stopped_by_the_gate_ends_its_sandbox_with_that_status(tmp_path: P
 
 @pytest.mark.gpu
 def test_on_a_real_gpu_the_driver_names_the_process_of_a_spinning_kernel(tmp_path):
-    from grader import gpu_work
+    from grader.gpu import gpu_work
 
     assert HAS_GPU
     (tmp_path / "spin.py").write_text(SPIN)  # Triton reads a kernel's source from its file
@@ -273,7 +275,7 @@ def test_a_run_that_ran_out_of_gpu_memory_while_a_neighbour_was_stopped_for_it_r
 ])
 def test_a_build_past_its_limits_is_the_students_and_any_other_failure_the_graders(tmp_path, monkeypatch, ended,
                                                                                     status, said):
-    from grader import execute
+    from grader.run import execute
 
     monkeypatch.setattr(execute, "_sandboxed", lambda *args, **kw: sandbox.SandboxResult(ended, None, ended, 1.0, 0))
     (tmp_path / "nb.ipynb").write_text("{}")
@@ -283,7 +285,7 @@ def test_a_build_past_its_limits_is_the_students_and_any_other_failure_the_grade
 
 
 def test_the_driver_s_answers_become_busy_pids_memory_and_none_where_it_cannot_say(monkeypatch):
-    from grader import gpu_work
+    from grader.gpu import gpu_work
 
     class Failed(Exception):
         pass

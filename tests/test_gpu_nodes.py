@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import gpu_nodes, sandbox
-from grader.gpu_nodes import CudaDevice, GpuUnavailable, binding, gpu_uuid, pci_address
+from grader.gpu import gpu_nodes
+from grader.gpu.gpu_nodes import CudaDevice, GpuUnavailable, binding, gpu_uuid, pci_address
+from grader.wall import sandbox
 
 UUIDS = ["GPU-3b1ea1c3-1111-2222-3333-000000000000", "GPU-3b1ea1c3-1111-2222-3333-000000000001",
          "GPU-3b1ea1c3-1111-2222-3333-000000000002"]

@@ -6,11 +6,13 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from grader import cli, judge, pipeline, results
-from grader.execute import Outcome
-from grader.layout import course_notebooks
+from grader import cli, pipeline
+from grader.authoring.release import student_version
+from grader.intake.layout import course_notebooks
+from grader.judge import verdict as judge
 from grader.pipeline import Graded, Settings, grade, load_results
-from grader.release import student_version
+from grader.run.execute import Outcome
+from grader.score import results
 
 DAY4 = next(nb for nb in course_notebooks() if nb.key == "week1/day4_first_triton_kernel")
 DAY7 = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")

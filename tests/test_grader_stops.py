@@ -1,6 +1,6 @@
 """One grader per output folder, and a grader stopped by a signal leaves nothing behind.
 
-The lock's rules on their own first (grader/out_lock.py: a record of a dead grader, another host's record, a
+The lock's rules on their own first (grader/flow/out_lock.py: a record of a dead grader, another host's record, a
 filesystem without flock); then real graders (``python -m grader grade`` on three copies of the Day 1 solution, on
 the CPU): a second and a third started while the first grades its OUT, and one stopped by SIGTERM mid-class, whose
 next run finishes the class as a run never stopped does.
@@ -24,8 +24,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader import cli, out_lock
-from grader.layout import REPO, SOLUTIONS
+from grader import cli
+from grader.flow import out_lock
+from grader.intake.layout import REPO, SOLUTIONS
 
 DAY1 = SOLUTIONS / "week1" / "day1_host_baseline.ipynb"
 STUDENTS = ("ann", "bob", "cy")

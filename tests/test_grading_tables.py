@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from course import spec as specs
-from grader.layout import course_notebooks
+from grader.intake.layout import course_notebooks
 
 ROW = re.compile(r"^\|\s*`(?P<name>[a-z_0-9]+)`\s*\|(?P<text>.*)\|\s*(?P<points>[0-9.]+)\s*\|\s*$")
 TIMED = [nb for nb in course_notebooks() if any(s.thresholds for s in specs.for_notebook(nb.key))]

@@ -11,7 +11,8 @@ import torch
 
 from course import device
 from course.recorder import export, plan
-from grader import build_kernels, judge
+from grader.build import build_kernels
+from grader.judge import verdict as judge
 from tests.conftest import HAS_GPU
 
 KERNEL_CELL = '''
@@ -152,7 +153,7 @@ def test_the_builder_compiles_a_recorded_specialisation_for_sm90_without_a_gpu(t
 
 @pytest.mark.gpu
 def test_a_recorded_plan_replays_in_another_build_on_fresh_inputs(tmp_path):
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     cell = _module(tmp_path, KERNEL_CELL, "gpu_cell")
     x = torch.randn(1000, device="cuda")
@@ -223,7 +224,7 @@ def test_an_export_with_an_int_python_will_not_read_keeps_every_other_answer(tmp
 def test_the_student_the_reference_and_the_library_are_timed_in_the_same_rounds(monkeypatch):
     from course import bench
     from course import spec as specs
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     spec, asked = specs.get("w1d7.matmul_fp32"), []
 

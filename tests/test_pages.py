@@ -24,10 +24,13 @@ from urllib.parse import unquote
 
 import pytest
 
-from grader import demo, feedback, overview, results, sandbox
+from grader.authoring import demo
 from grader.cli import _Progress
-from grader.results import ItemResult, NotebookResult
-from grader.tables import expected_items, items_of
+from grader.report import feedback, overview
+from grader.report.tables import expected_items, items_of
+from grader.score import results
+from grader.score.results import ItemResult, NotebookResult
+from grader.wall import sandbox
 
 # Debian's chromium; on GitHub's Ubuntu 24.04 images, the image's own Chromium (Ubuntu ships it only as a snap).
 CHROMIUM = next((path for path in (shutil.which("chromium"), "/usr/bin/chromium", shutil.which("chromium-browser"),
@@ -449,7 +452,7 @@ def test_plots_drawn_ahead_are_the_ones_the_pages_show_and_none_is_drawn_again(t
 @needs_browser
 def test_the_similarity_page_of_the_graded_demo_class(demo_class):
     """The similarity step on what the grader stored for the demo class: its sanitized notebooks, read back."""
-    from grader import similarity
+    from grader.report import similarity
 
     page = similarity.write_similarity_page(demo_class["out"], demo_class["results"])
     _assert_static(page)

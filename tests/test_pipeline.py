@@ -2,9 +2,10 @@
 
 import pytest
 
-from grader import pipeline, sandbox
-from grader.layout import course_notebooks
+from grader import pipeline
+from grader.intake.layout import course_notebooks
 from grader.pipeline import SandboxUnavailable, Settings, grade
+from grader.wall import sandbox
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
 

@@ -8,8 +8,8 @@ import pytest
 from nbgrader.utils import is_grade, is_locked, is_solution
 
 from course.spec import all_specs
-from grader import release
-from grader.layout import course_notebooks
+from grader.authoring import release
+from grader.intake.layout import course_notebooks
 
 NOTEBOOKS = course_notebooks()
 

@@ -1,4 +1,4 @@
-"""The CPU replay (grader.replay_cpu): hand-made and recorded plans run through Triton's interpreter on the
+"""The CPU replay (grader.replay.replay_cpu): hand-made and recorded plans run through Triton's interpreter on the
 judge's buffers, every malformed plan refused with its reason, the CPU judge's verdict from the replay, and a
 replay that runs with torch refused."""
 
@@ -19,9 +19,11 @@ import torch
 
 from course import spec as specs
 from course.recorder import plan, plan_format
-from grader import build_kernels, host_tensor, judge, replay_cpu, replay_inputs
+from grader.build import build_kernels
+from grader.judge import verdict as judge
 from grader.pipeline import grader_environment
-from grader.plan_checks import Unreplayable
+from grader.replay import host_tensor, replay_cpu, replay_inputs
+from grader.replay.plan_checks import Unreplayable
 
 INTERPRETER_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="records an interpreted call; a GPU is visible")
 
@@ -204,12 +206,12 @@ def test_a_recorded_call_replays_on_secret_inputs_and_the_cpu_judge_checks_it(tm
 
 @INTERPRETER_ONLY
 def test_the_replay_process_runs_with_torch_refused(tmp_path):
-    """``python -m grader.replay_cpu`` as the sandbox starts it: torch cannot be imported there, and the replay
+    """``python -m grader.replay.replay_cpu`` as the sandbox starts it: torch cannot be imported there, and the replay
     still gives the output the in-process replay gives."""
     saxpy = specs.get("w1d4.saxpy")
     request, _ = _saxpy_request(tmp_path)
     (tmp_path / "replay.json").write_text(json.dumps(request))
-    done = subprocess.run([sys.executable, "-X", "importtime", "-P", "-m", "grader.replay_cpu",
+    done = subprocess.run([sys.executable, "-X", "importtime", "-P", "-m", "grader.replay.replay_cpu",
                            str(tmp_path / "replay.json")],
                           capture_output=True, text=True, cwd=tmp_path, env=grader_environment(dict(os.environ)))
     assert done.returncode == 0, done.stderr[-2000:]

@@ -1,4 +1,4 @@
-"""A run's requests for its GPU alone (grader.run_alone, course.recorder.alone), with fake GPU slots.
+"""A run's requests for its GPU alone (grader.run.run_alone, course.recorder.alone), with fake GPU slots.
 
 Processes stand in for runs: each stamps the time (CLOCK_MONOTONIC, one clock for every process) into a file
 every few milliseconds; the asking one holds its GPU alone through the recorder's own client while it stamps.
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from course.recorder import alone
-from grader import sandbox, wall_tree
-from grader.gpu_gate import GpuGate
-from grader.layout import REPO
-from grader.run_alone import AloneChannel
+from grader.gpu.gpu_gate import GpuGate
+from grader.intake.layout import REPO
+from grader.run.run_alone import AloneChannel
+from grader.wall import sandbox, wall_tree
 from tests.test_schedule import STAMPER, _inside, _stamps
 
 # Asks for the GPU alone after a first moment (garbage on the channel before, as a student may write), stamps

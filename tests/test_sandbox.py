@@ -24,8 +24,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader import sandbox
-from grader.sandbox import Limits, cleanup_stale, copy_out, make_scratch, run, unavailable_reason
+from grader.wall import sandbox
+from grader.wall.sandbox import Limits, cleanup_stale, copy_out, make_scratch, run, unavailable_reason
 
 REPO = Path(__file__).resolve().parent.parent
 REASON = unavailable_reason()

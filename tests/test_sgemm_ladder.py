@@ -25,7 +25,8 @@ from course import cuda
 from course import spec as specs
 from course.days import sgemm_ladder
 from course.exercises import w2_sgemm_ladder as ladder_specs
-from grader import judge, provenance
+from grader.judge import provenance
+from grader.judge import verdict as judge
 from tests.adversarial.build import apply, fixtures, released_notebook
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,6 +1,7 @@
-"""Similar submissions (grader/similarity.py): a class laid out as the grader stores it, the similarity page read back.
+"""Similar submissions (grader/report/similarity.py): a class laid out as the grader stores it, the similarity page
+read back.
 
-The class of Week 1 Day 7 is made of released notebooks with answer cells filled (``grader.demo.fill``), found
+The class of Week 1 Day 7 is made of released notebooks with answer cells filled (``grader.authoring.demo.fill``), found
 and sanitized as grading does (``find_submissions``, ``sanitize``, ``pipeline.run_dir``) but not run: alice
 wrote her kernel, bob handed in alice's with every name changed, carol wrote her own, dan left the stubs and
 eve submitted nothing (a sanitized notebook of alice's lies in eve's run folder from an earlier batch). All
@@ -16,10 +17,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import demo, pipeline, results, similarity
-from grader.layout import find_course_notebook, find_submissions
-from grader.results import NotebookResult
-from grader.sanitize import sanitize
+from grader import pipeline
+from grader.authoring import demo
+from grader.intake.layout import find_course_notebook, find_submissions
+from grader.intake.sanitize import sanitize
+from grader.report import similarity
+from grader.score import results
+from grader.score.results import NotebookResult
 
 ASSIGNMENT, NOTEBOOK = "week1", "day7_fast_matmul"
 QUIZ = """flops_4096 = 2 * 4096**3

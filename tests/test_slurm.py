@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from grader import cli, demo, slurm, stopping
+from grader import cli, slurm
+from grader.authoring import demo
+from grader.flow import stopping
 from grader.pipeline import Settings
-from grader.results import GRADER_ERROR
+from grader.score.results import GRADER_ERROR
 from tests.slurm_cluster import Cluster, unavailable
 
 DAY1 = "week1/day1_host_baseline"

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import csv
 
-from grader import results
-from grader.layout import safe_id
-from grader.results import ItemResult, NotebookResult
-from grader.tables import (
+from grader.intake.layout import safe_id
+from grader.report.tables import (
     GRADES_CSV,
     NBGRADER_CSV,
     STUDENT_COLUMNS,
@@ -15,6 +13,8 @@ from grader.tables import (
     export,
     items_of,
 )
+from grader.score import results
+from grader.score.results import ItemResult, NotebookResult
 
 ASSIGNMENT, NOTEBOOK = "week1", "day7_fast_matmul"
 

@@ -1,4 +1,4 @@
-"""The term (grader/term.py): due dates, late policies and extensions, from the file to the gradebook (read back
+"""The term (grader/lms/term.py): due dates, late policies and extensions, from the file to the gradebook (read back
 through nbgrader's own API and its own `nbgrader export`), the CSVs and the pages; and a TA's week (--assignment)."""
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 from nbgrader.api import Gradebook
 
-from grader import cli, demo, term
-from grader.layout import REPO, find_submissions
+from grader import cli
+from grader.authoring import demo
+from grader.intake.layout import REPO, find_submissions
+from grader.lms import term
 from grader.pipeline import load_results
-from grader.results import MISSING
+from grader.score.results import MISSING
 
 DAY1 = "week1/day1_host_baseline"
 COURSE = {"week1", "week2"}

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from nbgrader.api import Gradebook
 
-from grader import cli, demo, term
-from grader.results import NotebookResult
+from grader import cli
+from grader.authoring import demo
+from grader.lms import term
+from grader.score.results import NotebookResult
 
 DAY1 = "week1/day1_host_baseline"
 NOTEBOOK = "day1_host_baseline"

@@ -1,4 +1,4 @@
-"""The recorder's asks for the GPU alone (the grader's side is ``grader.run_alone``), and the autotuners' retune.
+"""The recorder's asks for the GPU alone (the grader's side is ``grader.run.run_alone``), and the autotuners' retune.
 
 Where several notebooks' runs share a GPU, the grader gives a run that asks the GPU alone for a moment: the
 other runs are paused, this one goes on. The recorder asks around the only work of a run whose result depends
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-ENV = "COURSE_GPU_ALONE"  # set by the grader (grader.run_alone.ENV) to the folder holding the two FIFOs
+ENV = "COURSE_GPU_ALONE"  # set by the grader (grader.run.run_alone.ENV) to the folder holding the two FIFOs
 ANSWER_SECONDS = 600.0
 # Beside other runs a configuration's benchmark may read slow by any amount (other runs' kernels, or a pause at the
 # gate between the two events of one timing), so a window around the shared fastest can miss the true best: on two

@@ -4,7 +4,7 @@
 attack that notebook (named ``<notebook>-<stem>``), with their expected verdicts in an
 ``expected.py`` beside them (``EXPECTED = {stem: Expected(...)}``, item names of that notebook).
 
-A fixture file has the demo-class format (see grader/demo.py): a docstring saying what the attack
+A fixture file has the demo-class format (see grader/authoring/demo.py): a docstring saying what the attack
 does and why the new design defeats it, then sections that each start with a line ``# %% <name>``:
 
 - ``# %% <grade_id>``: the full source of that answer cell (``matmul_kernel`` or ``answers``);
@@ -164,8 +164,8 @@ def released_notebook(key: str = NOTEBOOK_KEY) -> dict[str, Any]:
         sys.path.insert(0, str(REPO))
     import nbformat
 
-    from grader.layout import course_notebooks
-    from grader.release import student_version
+    from grader.authoring.release import student_version
+    from grader.intake.layout import course_notebooks
 
     notebook = next(nb for nb in course_notebooks() if nb.key == key)
     return json.loads(nbformat.writes(student_version(notebook), version=4))

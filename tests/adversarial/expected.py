@@ -9,7 +9,7 @@ Rules the verdicts follow (DESIGN.md, "Untrusted submissions"):
   that calls a torch op other than allocation or views, a library, does host work, uses a second
   stream or returns memory no recorded kernel writes gets 0 with a reason, and so does a kernel that
   is not a top-level ``@triton.jit`` function of a cell (or ``triton.jit(f)`` of one), whose decorator
-  or defaults are not plain, or whose body reaches anything but Triton's language (grader.kernel_vet).
+  or defaults are not plain, or whose body reaches anything but Triton's language (grader.build.kernel_vet).
   On a CPU: the same replay on secret inputs, through Triton's interpreter in a fresh sandbox that
   holds only the notebook's vetted kernels (same rules), provisional, and performance pending (``None`` here).
 - Quiz items: the master test cells run in the judge on answers exported as JSON, before any replay;
@@ -21,7 +21,7 @@ Rules the verdicts follow (DESIGN.md, "Untrusted submissions"):
 - The sandbox: no network, no view of solutions/, other submissions or OUT, nothing outlives the run;
   resource abuse gives the notebook a status, and no other notebook is affected.
 
-``status`` lists the notebook statuses (grader.results) that are acceptable.
+``status`` lists the notebook statuses (grader.score.results) that are acceptable.
 Performance verdicts assume an H100-class GPU, where the honest_slow kernel measured 0.14 to 0.19 of
 cuBLAS fp32 (7 TFLOP/s) and the reference kernel 0.83 to 1.07 (gpu_tools.py measure).
 """
