@@ -23,7 +23,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # tests.adversarial.build, run as a script from anywhere
 
-from grader.pipeline import Settings, grade, load_results, resolve_device  # noqa: E402
+from grader.flow.settings import Settings, resolve_device  # noqa: E402
+from grader.pipeline import grade  # noqa: E402
+from grader.score.stored import load_results  # noqa: E402
 from tests.adversarial.build import build  # noqa: E402
 
 BAD = ("kernel_never_ends", "gpu_memory_hog", "illegal_address", "build_bomb", "kernel_spins_forever",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from grader.pipeline import load_results
+from grader.score.stored import load_results
 
 PHASES = ("kernel_start", "compile", "checks", "benchmarks")
 

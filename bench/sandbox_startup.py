@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from grader.run import execute
-from grader.wall import sandbox
+from grader.wall import sandbox, scratch_folders
 
 COMMANDS = {
     "bare python": "pass",
@@ -64,7 +64,7 @@ def main() -> int:
     for label, code in COMMANDS.items():
         seconds = []
         for _ in range(args.repeats):
-            scratch = sandbox.make_scratch("gpu-course-bench-")
+            scratch = scratch_folders.make_scratch("gpu-course-bench-")
             try:
                 seconds.append(_one(code, scratch))
             finally:

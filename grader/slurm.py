@@ -31,10 +31,12 @@ from nbgrader.api import Gradebook
 from tqdm import tqdm
 
 from grader.flow import out_lock, stopping
-from grader.intake.layout import course_notebooks, find_submissions, safe_id
-from grader.pipeline import REPO, Settings, record_result, result_path, ungraded_result
+from grader.flow.settings import Settings
+from grader.intake.layout import REPO, course_notebooks, find_submissions, safe_id
 from grader.score import gradebook, results
+from grader.score.assemble import ungraded_result
 from grader.score.results import GRADER_ERROR, NotebookResult
+from grader.score.stored import record_result, result_path
 
 FINISHED = "exit-code"  # written by the task's script after its grade ended, whatever it decided
 CANCEL_SECONDS = 120.0  # a stopped head waits this long for Slurm to end its tasks (Slurm's KillWait: 30 s by default)

@@ -13,8 +13,9 @@ import hashlib
 import psutil
 import pytest
 
+from grader.flow.settings import Settings, resolve_device
 from grader.intake.layout import SOLUTIONS
-from grader.pipeline import Settings, grade, resolve_device
+from grader.pipeline import grade
 from grader.score import results
 from tests.adversarial.build import build, fixtures
 from tests.adversarial.expected import EXPECTED

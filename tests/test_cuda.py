@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import nbformat
@@ -21,6 +20,7 @@ from course import cuda
 from course.recorder import plan, plan_format
 from grader.build import build_cuda, build_kernels
 from tests.conftest import HAS_GPU
+from tests.helpers import module_from_source
 
 REPO = Path(__file__).resolve().parent.parent
 SCALE_SOURCE = r'''
@@ -53,13 +53,7 @@ def _cupy_or_skip() -> None:
 
 
 def _module(tmp_path: Path, source: str, name: str):
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return module
+    return module_from_source(tmp_path, source, name)
 
 
 def _launch(source: str = SCALE_SOURCE, options: tuple[str, ...] = ("--use_fast_math",)) -> dict:

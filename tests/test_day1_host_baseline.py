@@ -15,7 +15,7 @@ from course import check, plot
 from course.exercises import w1d1_host_baseline as day1
 from course.recorder import export
 from course.spec import judged_shapes
-from grader.judge import verdict as judge
+from grader.judge import on_cpu
 
 MATMUL, TIMER = day1.MATMUL, day1.TIMER
 
@@ -206,7 +206,7 @@ def test_compare_without_accept_refuses_a_number():
 def _judged(spec, shape, value, tmp_path, seed=5):
     recorded = {"value": export.encode_answer(value, tmp_path, "v")}
     call = {"shape": list(shape), "seed": seed}
-    return judge._host_check(spec, call, recorded, tmp_path, "cpu")
+    return on_cpu._host_check(spec, call, recorded, tmp_path, "cpu")
 
 
 def test_the_judge_checks_a_returned_array_against_its_own_reference(tmp_path):

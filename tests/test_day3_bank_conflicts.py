@@ -14,7 +14,7 @@ from course.days import banks
 from grader.authoring.release import master_version
 from grader.build import build_cuda
 from grader.intake.layout import find_course_notebook
-from grader.judge import verdict as judge
+from grader.judge import on_cpu
 from grader.score import score
 from tests.conftest import HAS_GPU
 
@@ -140,7 +140,7 @@ def test_the_cpu_judge_leaves_cuda_kernels_pending_and_the_scorer_says_so(tmp_pa
              {"key": "hidden-0", "set": "hidden", "shape": [17, 40], "seed": 2}]
     job = {"export": str(tmp_path), "replayed": str(tmp_path), "notebook": str(NOTEBOOK.solution_path),
            "kernels": [{"spec": SPEC.id, "calls": calls, "bench_shapes": []}]}
-    verdict = judge.judge_cpu(job)
+    verdict = on_cpu.judge_cpu(job)
     sets = verdict["kernels"][SPEC.id]["sets"]
     assert set(sets) == {"visible", "hidden"} and all(s["pending"] for s in sets.values())
     items = {i.item: i for i in score.items(NOTEBOOK.key, master_version(NOTEBOOK), verdict, False, "")}

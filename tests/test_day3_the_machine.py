@@ -204,8 +204,9 @@ def test_coordinate_hidden_sets_stay_within_the_launch_limits():
 
 
 def test_a_kernel_without_performance_items_gets_no_benchmark_calls():
+    from grader.flow.settings import Settings
     from grader.intake.layout import find_course_notebook
-    from grader.pipeline import Settings, kernel_calls
+    from grader.run.recording import kernel_calls
 
     notebook = find_course_notebook("week1", "day3_the_machine")
     settings = Settings("gpu", "test GPU", bench_shapes=[[2048, 2048, 2048]])

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
 
 import nbformat
 import pytest
@@ -16,6 +14,7 @@ from course.exercises import w1d4_first_kernel as day4
 from course.recorder import plan
 from grader.build import build_kernels
 from grader.intake.layout import SOLUTIONS
+from tests.helpers import module_from_source
 
 ADD = spec.get("w1d4.vector_add")
 SAXPY = spec.get("w1d4.saxpy")
@@ -31,13 +30,7 @@ def _solution_source() -> str:
 
 
 def _module(tmp_path, source: str, name: str):
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return module
+    return module_from_source(tmp_path, source, name)
 
 
 @pytest.fixture

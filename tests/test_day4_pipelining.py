@@ -24,11 +24,11 @@ from course.days import pipelining
 from course.device import DeviceInfo
 from course.exercises import w2d4_pipelining as day4
 from course.recorder import export, plan
-from grader import pipeline
 from grader.build.build_kernels import launch_key
+from grader.flow.settings import Settings
 from grader.intake.layout import SOLUTIONS, course_notebooks
-from grader.judge import verdict as judge
-from grader.pipeline import Settings
+from grader.judge import on_cpu
+from grader.run import recording
 
 MATMUL, SMEM = day4.MATMUL, day4.SMEM
 NOTEBOOK_PATH = SOLUTIONS / "week2" / "day4_pipelining.ipynb"
@@ -96,7 +96,7 @@ def test_the_judge_checks_smem_values_and_refuses_an_int_subclass(tmp_path):
 
     def judged(value):
         recorded = {"value": export.encode_answer(value, tmp_path, "v")}
-        return judge._host_check(SMEM, {"shape": [64, 256, 32, 4, 2], "seed": 3}, recorded, tmp_path, "cpu")
+        return on_cpu._host_check(SMEM, {"shape": [64, 256, 32, 4, 2], "seed": 3}, recorded, tmp_path, "cpu")
 
     assert judged(81920)[0]
     assert not judged(81921)[0]
@@ -203,11 +203,11 @@ def test_thresholds_name_their_precision_and_grade_cells():
 
 
 def test_only_the_matmul_is_timed_on_a_gpu():
-    jobs = {job["spec"]: job for job in pipeline.kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice")}
+    jobs = {job["spec"]: job for job in recording.kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice")}
     assert jobs["w2d4.matmul_fp16"]["bench_shapes"] == [list(s) for s in MATMUL.bench_shapes.gpu]
     assert jobs["w2d4.smem_bytes"]["bench_shapes"] == []
     assert not any(c["set"] == "bench" for c in jobs["w2d4.smem_bytes"]["calls"])
-    cpu_jobs = pipeline.kernel_calls(NOTEBOOK, Settings("cpu", "CPU"), 1, "alice")
+    cpu_jobs = recording.kernel_calls(NOTEBOOK, Settings("cpu", "CPU"), 1, "alice")
     assert all(job["bench_shapes"] == [] for job in cpu_jobs)
 
 

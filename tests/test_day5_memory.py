@@ -10,9 +10,9 @@ import torch
 
 from course import plot, spec
 from course.exercises import w1d5_memory as day5
-from grader import pipeline
+from grader.flow.settings import Settings
 from grader.intake.layout import course_notebooks
-from grader.pipeline import Settings
+from grader.run import recording
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day5_memory")
 MATMUL_NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
@@ -134,7 +134,7 @@ def test_thresholds_name_their_precision_and_full_marks():
 
 
 def test_only_a_spec_with_performance_items_is_timed():
-    jobs = {job["spec"]: job for job in pipeline.kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice")}
+    jobs = {job["spec"]: job for job in recording.kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice")}
     assert jobs["w1d5.copy"]["bench_shapes"] == [list(s) for s in day5.COPY.bench_shapes.gpu]
     assert jobs["w1d5.every_kth"]["bench_shapes"] == []
     assert not any(c["set"] == "bench" for c in jobs["w1d5.every_kth"]["calls"])
@@ -142,18 +142,18 @@ def test_only_a_spec_with_performance_items_is_timed():
 
 def test_a_bench_override_applies_only_where_its_shapes_fit():
     matmul_sized = Settings("gpu", "GPU", bench_shapes=[[2048, 2048, 2048]])
-    jobs = {job["spec"]: job for job in pipeline.kernel_calls(NOTEBOOK, matmul_sized, 1, "alice")}
+    jobs = {job["spec"]: job for job in recording.kernel_calls(NOTEBOOK, matmul_sized, 1, "alice")}
     assert jobs["w1d5.copy"]["bench_shapes"] == [list(s) for s in day5.COPY.bench_shapes.gpu]
-    [matmul] = pipeline.kernel_calls(MATMUL_NOTEBOOK, matmul_sized, 1, "alice")
+    [matmul] = recording.kernel_calls(MATMUL_NOTEBOOK, matmul_sized, 1, "alice")
     assert matmul["bench_shapes"] == [[2048, 2048, 2048]]
     copy_sized = Settings("gpu", "GPU", bench_shapes=[[2**26]])
-    jobs = {job["spec"]: job for job in pipeline.kernel_calls(NOTEBOOK, copy_sized, 1, "alice")}
+    jobs = {job["spec"]: job for job in recording.kernel_calls(NOTEBOOK, copy_sized, 1, "alice")}
     assert jobs["w1d5.copy"]["bench_shapes"] == [[2**26]]
     assert jobs["w1d5.every_kth"]["bench_shapes"] == []
 
 
 def test_the_answers_exported_are_what_the_master_tests_read():
-    assert pipeline.notebook_plan(NOTEBOOK).answers == [
+    assert recording.notebook_plan(NOTEBOOK).answers == [
         "fma_repeats_at_ridge", "h100_fp16_ridge", "saxpy_intensity", "warp_sectors_stride16"]
 
 

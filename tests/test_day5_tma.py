@@ -8,10 +8,8 @@ TTGIR, and its arguments resolved on CPU buffers. Launching it needs a GPU (the 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import random
-import sys
 
 import nbformat
 import pytest
@@ -24,6 +22,7 @@ from course.recorder import descriptors, plan
 from grader.build import build_kernels
 from grader.replay import gpu_replay as replay
 from grader.replay import tma_replay
+from tests.helpers import module_from_source
 
 KERNEL_CELL = '''
 import torch
@@ -59,13 +58,7 @@ INTERPRETER_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="an inte
 
 
 def _module(tmp_path, name="tma_cell"):
-    path = tmp_path / f"{name}.py"
-    path.write_text(KERNEL_CELL)
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return module
+    return module_from_source(tmp_path, KERNEL_CELL, name)
 
 
 def _notebook(tmp_path):

@@ -19,12 +19,12 @@ from course.device import DeviceInfo
 from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
 from course.recorder import plan_format
-from grader import pipeline
 from grader.build import build_kernels
+from grader.flow.settings import Settings
 from grader.intake.layout import SOLUTIONS, course_notebooks
-from grader.judge import verdict as judge
-from grader.pipeline import Settings
+from grader.judge import on_cpu
 from grader.replay import host_tensor, replay_cpu, replay_inputs
+from grader.run import recording
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week2/day6_tensor_cores")
 SPECS = (day6.FP16, day6.BF16)
@@ -138,12 +138,12 @@ def test_thresholds_name_their_precision_and_full_marks():
 
 
 def test_the_pipeline_times_both_and_exports_the_four_answers():
-    jobs = {job["spec"]: job for job in pipeline.kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice")}
+    jobs = {job["spec"]: job for job in recording.kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice")}
     for exercise in SPECS:
         assert jobs[exercise.id]["bench_shapes"] == [list(s) for s in day6.BENCH.gpu]
         hidden = [c["shape"] for c in jobs[exercise.id]["calls"] if c["set"] == "hidden"]
         assert [67, 45, day6.LARGE_K] in hidden
-    assert pipeline.notebook_plan(NOTEBOOK).answers == [
+    assert recording.notebook_plan(NOTEBOOK).answers == [
         "bf16_error_exponent", "bf16_unit_roundoff", "fp16_accumulator_growth", "fp16_unit_roundoff"]
 
 
@@ -233,13 +233,13 @@ def test_a_bf16_output_reaches_the_cpu_judge_bit_for_bit(tmp_path):
     definitions = build_kernels.read_definitions(["@triton.jit\ndef some_kernel(x):\n    pass\n"])
     plan = {"problems": [], "launches": [{"kernel": "some_kernel"}]}
     call = {"shape": list(shape), "seed": 11}
-    passed, message = judge._cpu_check(day6.BF16, call, {"plan": plan}, replayed, tmp_path, definitions)
+    passed, message = on_cpu._cpu_check(day6.BF16, call, {"plan": plan}, replayed, tmp_path, definitions)
     assert passed, message
     np.save(tmp_path / "fake.npy", out.float().numpy(), allow_pickle=False)  # fp32 data claiming to be bf16 bits
-    passed, message = judge._cpu_check(day6.BF16, call, {"plan": plan}, {**replayed, "output": "fake.npy"}, tmp_path,
+    passed, message = on_cpu._cpu_check(day6.BF16, call, {"plan": plan}, {**replayed, "output": "fake.npy"}, tmp_path,
                                        definitions)
     assert not passed and "malformed" in message
-    passed, message = judge._cpu_check(day6.BF16, call, {"plan": plan}, {"output": "fake.npy"}, tmp_path, definitions)
+    passed, message = on_cpu._cpu_check(day6.BF16, call, {"plan": plan}, {"output": "fake.npy"}, tmp_path, definitions)
     assert not passed and "output dtype torch.float32" in message
 
 

@@ -20,8 +20,9 @@ import pytest
 from grader import pipeline
 from grader.gpu.gpu_gate import GPU_HANG, GPU_MEMORY, GpuGate
 from grader.gpu.gpu_watch import RunWatch
+from grader.run import stage
 from grader.score import results
-from grader.wall import sandbox
+from grader.wall import sandbox, scratch_folders
 from tests.conftest import HAS_GPU
 
 
@@ -170,7 +171,7 @@ def test_a_run_stopped_by_the_gate_ends_its_sandbox_with_that_status(tmp_path: P
     # --no-sandbox runs the same watchdog loop: what matters is how the run's end is reported.
     driver = FakeDriver()
     gate = GpuGate(driver.idle, drain_limit=0.5, retry_drain=0.5, busy_processes=driver.busy_since)
-    scratch = sandbox.make_scratch()
+    scratch = scratch_folders.make_scratch()
     outcome = {}
     try:
         with gate.shared("0") as user:
@@ -258,12 +259,12 @@ def test_a_run_that_ran_out_of_gpu_memory_while_a_neighbour_was_stopped_for_it_r
             return pipeline.Outcome(results.OK, "", {"notebook": 3.0}), {}
         return pipeline.Outcome(results.OK, "", {"notebook": 2.0}), {"answers": {}}
 
-    monkeypatch.setattr(pipeline, "_run_once", run_once)
-    monkeypatch.setattr(pipeline, "kernel_calls", lambda *args: [])
+    monkeypatch.setattr(stage, "_run_once", run_once)
+    monkeypatch.setattr(stage, "kernel_calls", lambda *args: [])
     task = types.SimpleNamespace(plan=types.SimpleNamespace(notebook=None), settings=None, run_seed=1, key="s",
                                  bench_only=False, run=tmp_path)
     with gate.shared("0") as pause:
-        staged = pipeline.run_stage(task, pause)
+        staged = stage.run_stage(task, pause)
     assert len(calls) == runs
     assert (staged.outcome.timings.get("notebook_before_a_neighbours_memory_stop") == 3.0) == (runs == 2)
 

@@ -10,8 +10,9 @@ import pytest
 from course.spec import for_notebook
 from grader.authoring import demo
 from grader.authoring.release import student_version
+from grader.flow.settings import Settings, resolve_device
 from grader.intake.layout import course_notebooks
-from grader.pipeline import Settings, grade, resolve_device
+from grader.pipeline import grade
 from grader.score import results
 from tests.conftest import HAS_GPU
 

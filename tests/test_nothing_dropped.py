@@ -25,9 +25,11 @@ from nbgrader.api import Gradebook
 from grader import cli
 from grader.authoring import demo
 from grader.authoring.release import student_version
+from grader.flow.settings import Settings
 from grader.intake import layout
 from grader.intake.layout import CLASS_FILES, course_notebooks, find_submissions, safe_id, valid_id
-from grader.pipeline import Settings, describe_failed_run, grade
+from grader.pipeline import grade
+from grader.run.failure import describe_failed_run
 from grader.score import results
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
@@ -306,7 +308,7 @@ def test_the_cli_says_loudly_what_was_not_graded_and_exits_1(batch, capsys):
     argv = ["grade", str(root), "--out", str(out), "--device", "cpu", "--jobs", "2", "--cell-timeout", "20"]
     assert cli.main(argv) == 1  # everything is kept from the batch: nothing runs again
     captured = capsys.readouterr()
-    from grader.pipeline import load_results
+    from grader.score.stored import load_results
 
     # Every student also lacks the other Week 1 notebooks; a second notebook in one folder makes them ambiguous.
     failed = sum(r.status not in (results.OK, results.MISSING) for r in load_results(out))

@@ -25,9 +25,9 @@ from urllib.parse import unquote
 import pytest
 
 from grader.authoring import demo
-from grader.cli import _Progress
 from grader.report import feedback, overview
 from grader.report.tables import expected_items, items_of
+from grader.report.terminal import _Progress
 from grader.score import results
 from grader.score.results import ItemResult, NotebookResult
 from grader.wall import sandbox
@@ -131,7 +131,8 @@ def _assert_static(page: Path) -> None:
 def demo_class(tmp_path_factory):
     if SANDBOX_REASON is not None:
         pytest.skip(f"NOT RUN, not counted as passed: the sandbox cannot run here ({SANDBOX_REASON})")
-    from grader.pipeline import Settings, grade, resolve_device
+    from grader.flow.settings import Settings, resolve_device
+    from grader.pipeline import grade
 
     root, out = tmp_path_factory.mktemp("demo-class"), tmp_path_factory.mktemp("demo-pages")
     demo.build(root, keys={"week1/day7_fast_matmul"})  # the pages of one notebook's class; the others are missing

@@ -25,8 +25,7 @@ from course import cuda
 from course import spec as specs
 from course.days import sgemm_ladder
 from course.exercises import w2_sgemm_ladder as ladder_specs
-from grader.judge import provenance
-from grader.judge import verdict as judge
+from grader.judge import on_gpu, provenance
 from tests.adversarial.build import apply, fixtures, released_notebook
 
 REPO = Path(__file__).resolve().parent.parent
@@ -273,7 +272,7 @@ def test_the_gpu_judge_fails_every_shape_of_a_foreign_launch(tmp_path):
     calls = [{"key": "v0", "set": "visible", "shape": [127, 129, 131], "seed": 1},
              {"key": "h0", "set": "hidden", "shape": [5, 3001, 2], "seed": 2}]
     export = {"kernels": {spec.id: {"calls": {c["key"]: {"plan": plan} for c in calls}}}}
-    verdict = judge._judge_spec(spec, {"calls": calls, "bench_shapes": []},
+    verdict = on_gpu._judge_spec(spec, {"calls": calls, "bench_shapes": []},
                                 {"notebook": str(notebook), "run_seed": 7, "student": "s"}, export, None, {}, None)
     for which in ("visible", "hidden"):
         shape_set = verdict["sets"][which]

@@ -19,8 +19,9 @@ from grader import cli
 from grader.authoring import demo
 from grader.intake.layout import REPO, find_submissions
 from grader.lms import term
-from grader.pipeline import load_results
+from grader.report import terminal
 from grader.score.results import MISSING
+from grader.score.stored import load_results
 
 DAY1 = "week1/day1_host_baseline"
 COURSE = {"week1", "week2"}
@@ -197,7 +198,7 @@ def test_per_day_penalties_reach_the_gradebook_the_csvs_and_the_pages(graded):
     assert 'id="late-list"' in index and "2 late notebooks" in index
     stored = load_results(out)
     term.apply(stored, term.load(graded / "applied.toml"))
-    [line] = [line for line in cli.summary_table(stored).splitlines()
+    [line] = [line for line in terminal.summary_table(stored).splitlines()
               if line.startswith("late ") and "day1_host_baseline" in line]
     assert line.endswith(f"-{0.2 * raw:g} -> {0.8 * raw:g}")  # the console's table too
     # nbgrader's own export, with --to (the config written in OUT once made nbgrader ignore it)

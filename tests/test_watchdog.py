@@ -10,11 +10,13 @@ import sys
 import threading
 import time
 
+from grader.flow.settings import Settings
+from grader.flow.task import grader_environment
 from grader.gpu.gpu_gate import GpuGate
 from grader.intake.layout import course_notebooks
 from grader.judge import verdict as judge
 from grader.judge import watchdog
-from grader.pipeline import Settings, grader_environment, kernel_calls, notebook_plan
+from grader.run.recording import kernel_calls, notebook_plan
 from grader.score import results, score
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day4_first_triton_kernel")

@@ -115,7 +115,7 @@ def compile_built(built: Path, target: dict[str, Any], cache: Path, log: Path, t
     scratch = Path(tempfile.mkdtemp(prefix="gpu-course-compile-"))
     progress_file = scratch / "progress.json"
     request = scratch / "request.json"
-    # As pipeline.grader_environment (not imported: the pipeline imports this module). Only the binary and its
+    # As flow.task.grader_environment (not imported: the build stage imports this module). Only the binary and its
     # metadata are kept of the later stages (not LLVM IR nor PTX: 60% of a kernel's files), all the judge reads.
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "CUDA_VISIBLE_DEVICES": "", "TRITON_STORE_BINARY_ONLY": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}

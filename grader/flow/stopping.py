@@ -10,7 +10,7 @@ only say it is stopping already.
 
 SIGKILL cannot be caught. Then a judge dies with the grader (``setpriv --pdeathsig``), a sandboxed run with its
 bubblewrap (``--die-with-parent``), OUT's lock with its process (``grader.flow.out_lock``), and the next grader removes
-the scratch folders left (``grader.wall.sandbox.cleanup_stale``).
+the scratch folders left (``grader.wall.scratch_folders.cleanup_stale``).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.gpu.gpu_gate import GpuGate, Hold, Pausable
-from grader.judge import verdict as judge
+from grader.judge import parts, watch
 from grader.score import results
 
 
@@ -102,8 +102,8 @@ def _watch_once(command: list[str], env: dict[str, str], cwd: Path, log: Any, de
     read_end, write_end = os.pipe()
     grant_read, grant_write = os.pipe()
     try:
-        process = subprocess.Popen(command, cwd=cwd, env={**env, judge.WATCH_FD: str(write_end),
-                                                          judge.GRANT_FD: str(grant_read)},
+        process = subprocess.Popen(command, cwd=cwd, env={**env, watch.WATCH_FD: str(write_end),
+                                                          watch.GRANT_FD: str(grant_read)},
                                    stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_end, grant_read),
                                    start_new_session=True)
     finally:
@@ -215,14 +215,14 @@ def run(command: list[str], job: dict[str, Any], env: dict[str, str], cwd: Path,
 
 def _run(command: list[str], job: dict[str, Any], env: dict[str, str], cwd: Path, log_path: Path,
          limit: float, alone: Alone) -> dict[str, Any]:
-    saved = judge.Checkpoints(job["checkpoints"])
+    saved = parts.Checkpoints(job["checkpoints"])
     deadline = time.monotonic() + limit
     stopped: list[str] = []
     with open(log_path, "ab") as log:
         for _ in range(2 * len(job["kernels"]) + 1):  # each new start has one more graded function finished
             ending = _watch_once(command, env, cwd, log, deadline + alone.waited, alone)
             step = ending.step
-            if ending.how == "exited" and ending.returncode == judge.START_AGAIN:
+            if ending.how == "exited" and ending.returncode == watch.START_AGAIN:
                 log.write(b"\n[watchdog] a CUDA error broke the judge's context: starting it again\n")
                 continue
             if ending.how == "limit":
@@ -246,7 +246,7 @@ def _run(command: list[str], job: dict[str, Any], env: dict[str, str], cwd: Path
             if spec_job is None or step.spec in stopped:  # nothing to blame that a new start would skip
                 return {**saved.so_far(job), "stopped": stopped,
                         "error": f"the judge stopped in an unexpected step ({step.spec}: {step.what})"}
-            saved.save(judge.kernel_part(step.spec), judge.stopped_verdict(spec_job, message))
+            saved.save(parts.kernel_part(step.spec), parts.stopped_verdict(spec_job, message))
             stopped.append(step.spec)
             log.write(f"\n[watchdog] {step.spec}: {message}; starting the judge again\n".encode())
             log.flush()

@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import NamedTuple
 
-from grader.report.feedback import page_path
+from grader.report.pages import page_path
 from grader.report.tables import items_of, points_text
 from grader.score.results import NotebookResult
 

@@ -34,7 +34,7 @@ from grader.push import push_request, push_roster, push_state, pushed
 from grader.push.push_request import Request, RequestError
 
 if TYPE_CHECKING:
-    from grader.pipeline import Settings
+    from grader.flow.settings import Settings
 
 INBOX_MODE = 0o1730
 OUTBOX_MODE = 0o710

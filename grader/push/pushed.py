@@ -23,7 +23,7 @@ from grader.intake.layout import MAX_NOTEBOOK_BYTES, CourseNotebook, course_note
 from grader.score.results import GRADER_ERROR, MISSING, NotebookResult
 
 if TYPE_CHECKING:
-    from grader.pipeline import Settings
+    from grader.flow.settings import Settings
 
 FEEDBACK_NOTE = ("These scores are feedback, not a grade: the grade of record is the course's own grading of the "
                  "notebooks you submit.")

@@ -26,6 +26,7 @@ from pygments.formatters import HtmlFormatter
 
 from course.plot import gflops_vs_size
 from grader.report import overview, similarity
+from grader.report.pages import page_path
 from grader.report.tables import items_of
 from grader.score import results
 from grader.score.results import ItemResult, NotebookResult
@@ -150,14 +151,6 @@ def _performance_state(result: NotebookResult, items: list[ItemResult]) -> tuple
 def highlight(source: str) -> Markup:
     """The code as nbconvert highlights it (Pygments, IPython lexer): every character of it escaped."""
     return Markup(_highlight(source))
-
-
-def student_id(result: NotebookResult) -> str:
-    return getattr(result, "student_id", "") or result.student
-
-
-def page_path(out: Path, result: NotebookResult) -> Path:
-    return out / "feedback" / student_id(result) / f"{result.assignment}-{result.notebook}.html"
 
 
 def _totals(items: list[ItemResult]) -> dict[str, float]:

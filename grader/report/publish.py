@@ -113,10 +113,10 @@ def render(out: Path, rules: Term, all_results: list[NotebookResult] | None = No
     overrides. Raises ``term.TermError`` when the term names a student the class does not have, and
     ``roster.RosterError`` when the roster collect left in ``submissions`` cannot be read."""
     from grader.lms import upload
-    from grader.pipeline import load_results
     from grader.report.feedback import write_pages
     from grader.report.tables import NBGRADER_CSV, export
     from grader.score import gradebook
+    from grader.score.stored import load_results
 
     stored = load_results(out) if all_results is None else all_results
     rules.check_students({r.student for r in stored} | {r.student_id for r in stored})

@@ -338,7 +338,7 @@ def _label(result: NotebookResult) -> str:
 
 
 def _feedback_href(out: Path, result: NotebookResult) -> str:
-    from grader.report.feedback import page_path  # imported here: feedback writes this page
+    from grader.report.pages import page_path
 
     return quote(Path(os.path.relpath(page_path(out, result), out)).as_posix())
 

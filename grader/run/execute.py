@@ -29,7 +29,7 @@ from grader.gpu.gpu_gate import Pausable
 from grader.intake.layout import KERNEL_NAME, REPO
 from grader.run.run_alone import AloneChannel
 from grader.score import results
-from grader.wall import sandbox, wall_tree
+from grader.wall import sandbox, scratch_folders, wall_tree
 
 # Environment variables a notebook may see; everything else in the grader's environment is dropped.
 # CUDA_VISIBLE_DEVICES is not among them: the sandbox sets it to the one GPU it binds (grader.wall.sandbox.run).
@@ -42,7 +42,7 @@ _STATUSES = {results.OK, results.TIMEOUT, results.KERNEL_DIED, results.CUDA_ERRO
 _SANDBOX_STATUS = {"timeout": results.TIMEOUT, "memory": results.MEMORY, "output_limit": results.OUTPUT_LIMIT,
                    "scratch_limit": results.SCRATCH_LIMIT, "error": results.GRADER_ERROR,
                    "gpu_hang": results.GPU_HANG, "gpu_memory": results.GPU_MEMORY}
-# What a notebook run prints, besides its log: what leaves the sandbox (pipeline._keep). The rest of the
+# What a notebook run prints, besides its log: what leaves the sandbox (flow.task._keep). The rest of the
 # scratch directory (HOME, TMPDIR, Triton's and inductor's caches) counts against the scratch quota.
 PRINTED = ("executed.ipynb", "outcome.json", "export")
 BUILD_SECONDS = 600.0  # the build of one notebook's kernels, in a sandbox of its own
@@ -213,7 +213,7 @@ def build(job: Job, notebook: Path, export: Path, target: dict[str, Any], destin
     (fresh / "build.json").write_text(json.dumps(request), encoding="utf-8")
     ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.build.build_kernels", str(fresh / "build.json")],
                      BUILD_SECONDS, gpu=False)
-    sandbox.copy_out(fresh / "built", destination)
+    scratch_folders.copy_out(fresh / "built", destination)
     if ran.status in ("timeout", "memory"):  # the notebook's kernels, not the grader, need more than a build may
         what = f"{BUILD_SECONDS:.0f} s" if ran.status == "timeout" else f"{job.memory_bytes / 2**30:.1f} GiB"
         return Outcome(results.BUILD_LIMIT, f"your kernels took more than {what} to compile; none of them was "
@@ -237,7 +237,7 @@ def replay_cpu(job: Job, notebook: Path, export: Path, kernels: list[dict[str, A
                "inputs": str(inputs), "out": str(fresh / "replayed")}
     (fresh / "replay.json").write_text(json.dumps(request), encoding="utf-8")
     ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.replay.replay_cpu", str(fresh / "replay.json")], seconds)
-    sandbox.copy_out(fresh / "replayed", destination)
+    scratch_folders.copy_out(fresh / "replayed", destination)
     if ran.status != "ok":  # the kernels' doing (a kernel that never ends, a crash), or the sandbox's: said per call
         why = {"timeout": f"ran past its {seconds:.0f} s limit (a kernel that never ends?)",
                "memory": "ran out of memory"}.get(ran.status, f"ended early ({ran.status}: a kernel that crashed it?)")

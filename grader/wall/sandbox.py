@@ -23,11 +23,8 @@ import functools
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,9 +36,10 @@ from grader.gpu import gpu_nodes
 from grader.gpu.gpu_gate import Pausable
 from grader.gpu.gpu_gate import process_tree as _tree
 from grader.wall import process_table, wall_tree
+from grader.wall.cpu_pool import CPUS
+from grader.wall.scratch_folders import SANDBOX_UID, _as_root, _chown_tree, make_scratch
+from grader.wall.usage import _resident_bytes, _written_bytes
 
-SANDBOX_UID = 65534  # nobody
-OWNER_FILE = "owner.pid"
 # Tasks (processes and threads) the sandbox user may have. A Jupyter kernel with torch and Triton
 # uses about 60-100 on a 16-core machine; the cap stops a fork bomb long before the machine's limit.
 MAX_TASKS = 4096
@@ -50,8 +48,6 @@ MAX_TASKS = 4096
 SANDBOX_NICE = 10
 _POLL_SECONDS = 0.1
 _FILES_POLL_SECONDS = 0.5
-_STALE_GRACE_SECONDS = 3600.0
-_TEMP_DIR = Path(tempfile.gettempdir())
 
 
 @dataclass(frozen=True)
@@ -72,10 +68,6 @@ class SandboxResult:
     message: str
     seconds: float
     peak_memory_bytes: int
-
-
-def _as_root() -> bool:
-    return os.geteuid() == 0
 
 
 def _tool(name: str) -> str | None:
@@ -104,55 +96,6 @@ def unavailable_reason() -> str | None:
     if result.status != "ok":
         return f"bubblewrap cannot start a sandbox here: {text[-300:] or result.message}"
     return None
-
-
-def make_scratch(prefix: str = "gpu-course-run-") -> Path:
-    """mkdtemp under the system temp dir, writes owner.pid (this process's pid), made writable for the sandbox user."""
-    scratch = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
-    # owner.pid stays the grader's (read-only for the sandbox user); the directory becomes the sandbox's.
-    (scratch / OWNER_FILE).write_text(f"{os.getpid()}\n", encoding="utf-8")
-    if _as_root():
-        _own_scratch(scratch)
-    return scratch
-
-
-def _own_scratch(scratch: Path) -> None:
-    # Group root lets bwrap, which has dropped its capabilities by then, enter it for --chdir.
-    os.chown(scratch, SANDBOX_UID, 0)
-    os.chmod(scratch, 0o750)
-
-
-def _is_stale(directory: Path) -> bool:
-    owner = directory / OWNER_FILE
-    try:
-        info = owner.lstat()
-        pid = int(owner.read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        info = None
-    if info is None or info.st_uid != os.geteuid():
-        # Missing, unreadable or replaced by the sandboxed code: judge by age only.
-        with contextlib.suppress(OSError):
-            return time.time() - directory.lstat().st_mtime > _STALE_GRACE_SECONDS
-        return False
-    try:
-        # A live process with that pid that started after owner.pid was written is a reused pid.
-        return psutil.Process(pid).create_time() > info.st_mtime + 1.0
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:
-        return False
-
-
-def cleanup_stale(tmp_root: Path = _TEMP_DIR, prefix: str = "gpu-course-") -> list[Path]:
-    """Delete scratch dirs named prefix* left by a grader that was killed (their owner pid, written in a file
-    `owner.pid` inside, is no longer alive); return what was removed."""
-    removed = []
-    for directory in sorted(Path(tmp_root).glob(f"{prefix}*")):
-        if directory.is_dir() and not directory.is_symlink() and _is_stale(directory):
-            shutil.rmtree(directory, ignore_errors=True)
-            if not directory.exists():
-                removed.append(directory)
-    return removed
 
 
 # Host folders the runtime needs, read-only: programs, libraries (the GPU driver's too) and the compilers Triton runs.
@@ -252,74 +195,6 @@ def _parent_dirs(path: Path, made: set[Path]) -> list[str]:
             command += ["--perms", "0755", "--dir", str(parent)]
             made.add(parent)
     return command
-
-
-def _chown_tree(scratch: Path) -> None:
-    _own_scratch(scratch)
-    for root, dirs, files in os.walk(scratch):
-        for name in dirs + files:
-            if Path(root, name) != scratch / OWNER_FILE:
-                os.chown(Path(root, name), SANDBOX_UID, SANDBOX_UID, follow_symlinks=False)
-
-
-def _resident_bytes(processes: Sequence[psutil.Process]) -> int:
-    total = 0
-    for process in processes:
-        with contextlib.suppress(psutil.Error):
-            total += process.memory_info().rss
-    return total
-
-
-def _written_bytes(scratch: Path, log_path: Path, printed: Sequence[str] = ()) -> tuple[int, int]:
-    """(printed output, scratch files): the log and the top-level scratch entries named in ``printed``, and every
-    other entry. Apparent or allocated size, whichever is larger, and at least 512 bytes an entry: neither sparse
-    files nor millions of empty files are free."""
-    totals = [0, 0]
-    with contextlib.suppress(OSError):
-        totals[0] += log_path.stat().st_size
-    stack = [(scratch, None)]
-    while stack:
-        folder, kind = stack.pop()
-        with contextlib.suppress(OSError), os.scandir(folder) as entries:
-            for entry in entries:
-                with contextlib.suppress(OSError):
-                    which = kind if kind is not None else (0 if entry.name in printed else 1)
-                    info = entry.stat(follow_symlinks=False)
-                    totals[which] += max(info.st_size, info.st_blocks * 512, 512)
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append((Path(entry.path), which))
-    return totals[0], totals[1]
-
-
-class CpuPool:
-    """Hands each sandboxed run a set of CPUs, the least used first: parallel runs get disjoint sets while there
-    are enough CPUs, and share them evenly when there are not. Thread-safe (the scheduler runs stages in threads)."""
-
-    def __init__(self, cpus: Sequence[int]) -> None:
-        self._users = dict.fromkeys(sorted(cpus), 0)
-        self._lock = threading.Lock()
-
-    def take(self, count: int) -> list[int]:
-        with self._lock:
-            chosen = sorted(sorted(self._users, key=lambda cpu: (self._users[cpu], cpu))[:max(1, count)])
-            for cpu in chosen:
-                self._users[cpu] += 1
-            return chosen
-
-    def give_back(self, cpus: Sequence[int]) -> None:
-        with self._lock:
-            for cpu in cpus:
-                self._users[cpu] -= 1
-
-
-CPUS = CpuPool(sorted(os.sched_getaffinity(0)))
-
-
-def default_cpus_per_run(parallel: int, at_least: int = 1, cpus: int | None = None) -> int:
-    """The grader's ``cpus`` (default: all it may use) shared evenly among ``parallel`` runs, and ``at_least``
-    each while there are that many (the sets then overlap)."""
-    cpus = cpus or len(os.sched_getaffinity(0))
-    return max(min(at_least, cpus), cpus // max(1, parallel))
 
 
 def _cpu_share(cpus: Sequence[int] | None) -> list[str]:
@@ -541,31 +416,6 @@ def _bwrap_error(log_path: Path) -> str:
     except OSError:
         return "bwrap failed"
     return next((line for line in reversed(lines) if line.startswith("bwrap:")), "bwrap failed")[:300]
-
-
-def copy_out(source: Path, destination: Path) -> None:
-    """Copy a file or folder a sandbox wrote: regular files only, never through a link (which could
-    point at the grader's own files), folders walked without following links."""
-    try:
-        mode = os.lstat(source).st_mode
-    except OSError:
-        return
-    if stat.S_ISDIR(mode):
-        for folder, _, files in os.walk(source, followlinks=False):
-            for name in files:
-                path = Path(folder) / name
-                copy_out(path, destination / path.relative_to(source))
-        return
-    try:
-        handle = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return
-    with os.fdopen(handle, "rb") as data:
-        if not stat.S_ISREG(os.fstat(data.fileno()).st_mode):
-            return
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        with open(destination, "wb") as copy:
-            shutil.copyfileobj(data, copy)
 
 
 def main() -> int:

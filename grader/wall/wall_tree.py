@@ -11,7 +11,7 @@ hidden test of every commit, and ``solutions/``, ``tests/`` and ``build/`` sit b
   the host's own (its accounts) stay outside.
 
 It is built once per grading process in the system temp folder, owned by that process (``owner.pid``, so a
-killed grader's copy is removed by ``grader.wall.sandbox.cleanup_stale``), readable by the sandbox's user.
+killed grader's copy is removed by ``grader.wall.scratch_folders.cleanup_stale``), readable by the sandbox's user.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ CHECKOUT = GRADER.parent
 # What a sandbox starts (``python -P -m ...`` in grader.run.execute, and the Jupyter kernel's spec).
 ENTRY_MODULES = (
     "grader.run.execute", "grader.wall.kernel_main", "grader.build.build_kernels", "grader.replay.replay_cpu")
-OWNER_FILE = "owner.pid"  # as grader.wall.sandbox.OWNER_FILE (not imported: the sandbox module imports this one)
+OWNER_FILE = "owner.pid"  # as grader.wall.scratch_folders.OWNER_FILE (not imported: the sandbox imports this module)
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 # The sandbox's accounts: root (owner of every file it sees) and the unprivileged user it runs as.
 ETC_FILES = {
