@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 from bench.script_cli import gpu_or_say_so, parser  # noqa: E402
 from course import bench, cuda  # noqa: E402
-from grader.build.build_cuda import string_constants  # noqa: E402
+from grader.kernel_build.build_cuda import string_constants  # noqa: E402
 
 SHAPE = (3001, 5003)
 

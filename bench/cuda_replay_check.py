@@ -5,7 +5,7 @@
 1. This process compiles a small kernel through ``course.cuda`` (NVRTC; the first compile and a cached
    one timed), launches it, and records a call with ``course.recorder.plan.record_call``; it writes the plan and
    a one-cell notebook holding the source as a top-level constant.
-2. ``python -m grader.build.build_kernels`` builds it in a process of its own (as the grader's builder does).
+2. ``python -m grader.kernel_build.build_kernels`` builds it in a process of its own (as the grader's builder does).
 3. A fresh process (``--judge``) loads the module, replays the plan on new inputs through
    ``grader.replay.gpu_replay``, compares with torch, times replay against a direct launch, and checks refusals.
 4. Every CUDA source the solution notebooks hand to ``course.cuda.compile`` is compiled with NVRTC for
@@ -103,8 +103,8 @@ def _write_build_job(folder: Path, cell: str, recorded: dict, arch: int) -> None
 
 def build(folder: Path) -> dict:
     started = time.perf_counter()
-    ran = subprocess.run([sys.executable, "-m", "grader.build.build_kernels", str(folder / "build.json")], cwd=REPO,
-                         capture_output=True, text=True, timeout=600)
+    ran = subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(folder / "build.json")],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
     seconds = time.perf_counter() - started
     report(ran.returncode == 0, f"builder process ({seconds:.2f} s wall) {ran.stderr[-800:]}")
     index = json.loads((folder / "built" / "index.json").read_text()) if (folder / "built" / "index.json").exists() \

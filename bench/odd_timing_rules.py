@@ -43,7 +43,7 @@ def notebook_salign():
     import nbformat
     import numpy as np
 
-    from grader.build.build_cuda import string_constants
+    from grader.kernel_build.build_cuda import string_constants
 
     nb = nbformat.read(str(REPO / "solutions" / "week2" / "day3_bank_conflicts.ipynb"), as_version=4)
     sources = string_constants([c.source for c in nb.cells if c.cell_type == "code"]).values()

@@ -5,7 +5,8 @@
 On an H200 the judge timed Week 2 Day 3's ``transpose_salign`` (the reference, at 3001 x 5003) at 0.83-0.84 of
 torch's copy, a direct call of the same source at 0.72-0.73 (bench/RESULTS.md, session 20). This records one call
 of the solution notebook's ``transpose_padded`` as the notebook's recording does, builds its kernels as the
-grader's builder does (``grader.build.build_kernels``, in this process), and times beside torch's copy: the direct call,
+grader's builder does (``grader.kernel_build.build_kernels``, in this process), and times beside torch's copy: the
+direct call,
 the judge's replay of the recorded plan (``grader.replay.gpu_replay``), each on fresh inputs, at an odd and an
 aligned shape.
 It prints what each path loaded (cubin or PTX, and the image's size). GPU only; on a CPU it says so and exits 0.
@@ -46,7 +47,7 @@ def solution_cells() -> dict:
 
 def measure(spec, direct, shape: tuple[int, int], arch: int) -> dict[str, object]:
     """The direct call's and the replay's ratio to torch's copy at ``shape``, and what the builder made."""
-    from grader.build import build_kernels
+    from grader.kernel_build import build_kernels
     from grader.replay import gpu_replay as replay
 
     (x,) = spec.make_inputs(shape, 1, "cuda")

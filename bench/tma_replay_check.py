@@ -8,7 +8,7 @@ the pointer kernel elsewhere) and two small kernels of its own: one that makes i
 device (``tl.make_tensor_descriptor``, which needs global scratch) and one that writes into its
 input through a descriptor. It records launch plans of calls on several shapes exactly as the
 grader's sandbox does (``course.recorder.plan.record_call``), writes them as an export, and runs the builder
-(``python -m grader.build.build_kernels``) on a notebook holding those cells. A fresh process
+(``python -m grader.kernel_build.build_kernels``) on a notebook holding those cells. A fresh process
 (``--replay OUT_DIR``) then loads the builds from TTGIR, replays every plan on fresh inputs drawn
 from other seeds, compares each output with an fp64 reference, checks that forged plans are refused,
 and times one replayed TMA plan against the same call made directly. Every check prints PASS or
@@ -156,7 +156,7 @@ def record(folder: Path) -> None:
                "out": str(folder / "built")}
     (folder / "build.json").write_text(json.dumps(request), encoding="utf-8")
     environment = {**os.environ, "TRITON_INTERPRET": "0"}
-    subprocess.run([sys.executable, "-m", "grader.build.build_kernels", str(folder / "build.json")], check=True,
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(folder / "build.json")], check=True,
                    env=environment)
 
 

@@ -36,7 +36,6 @@ import nbformat
 from nbgrader.api import Gradebook
 
 from grader import GRADER_VERSION
-from grader.build.stage import build_stage
 from grader.flow import out_lock, stopping
 from grader.flow.reference import _with_reference, reference_result, reference_task
 from grader.flow.schedule import Limits, Scheduler
@@ -55,6 +54,7 @@ from grader.intake.layout import (
 )
 from grader.intake.sanitize import sanitize
 from grader.judge.stage import judge_stage
+from grader.kernel_build.stage import build_stage
 from grader.run.execute import Outcome
 from grader.run.failure import describe_failed_run
 from grader.run.recording import notebook_plan

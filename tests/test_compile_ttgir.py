@@ -1,5 +1,6 @@
 """The builder stops at TTGIR and a trusted stage compiles it into the judge's Triton cache
-(grader.build.compile_ttgir): Week 1 Day 7's kernel as the solution launches it on an H100, built and compiled for
+(grader.kernel_build.compile_ttgir): Week 1 Day 7's kernel as the solution launches it on an H100, built and compiled
+for
 sm_90 on this CPU. The judge's load (tests.cached_judge, a fresh process) finds every kernel there and compiles
 nothing."""
 
@@ -16,8 +17,8 @@ import pytest
 from triton.backends.compiler import GPUTarget
 
 from course.recorder.plan_format import ttgir_digest
-from grader.build import build_kernels, built_index, compile_ttgir
 from grader.intake.layout import REPO, SOLUTIONS
+from grader.kernel_build import build_kernels, built_index, compile_ttgir
 from grader.replay import gpu_replay as replay
 from grader.score import results
 
@@ -74,8 +75,8 @@ def built(tmp_path_factory) -> Path:
     request = folder / "build.json"
     request.write_text(json.dumps({"notebook": str(NOTEBOOK), "export": str(exported), "target": SM90,
                                    "out": str(folder / "built")}))
-    subprocess.run([sys.executable, "-P", "-m", "grader.build.build_kernels", str(request)], cwd=folder, check=True,
-                   env=_compiling_env(folder / "cache"))
+    subprocess.run([sys.executable, "-P", "-m", "grader.kernel_build.build_kernels", str(request)], cwd=folder,
+                   check=True, env=_compiling_env(folder / "cache"))
     index = json.loads((folder / "built" / "index.json").read_text())
     assert sorted(index) == KEYS and all("error" not in entry for entry in index.values()), index
     return folder / "built"
@@ -110,7 +111,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from course.compiler import compile_triton
-from grader.build import build_kernels
+from grader.kernel_build import build_kernels
 
 notebook, src, launches = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 cells = [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]

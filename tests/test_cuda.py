@@ -18,7 +18,7 @@ import torch
 
 from course import cuda
 from course.recorder import plan, plan_format
-from grader.build import build_cuda, build_kernels
+from grader.kernel_build import build_cuda, build_kernels
 from tests.conftest import HAS_GPU
 from tests.helpers import module_from_source
 

@@ -10,8 +10,8 @@ import triton.language as tl
 
 from course import check, divergence, spec
 from course.divergence import KernelSource
-from grader.build import build_kernels
 from grader.judge import kernel_source
+from grader.kernel_build import build_kernels
 
 DAY6 = spec.get("w1d6.matmul_outer")
 DAY7 = spec.get("w1d7.matmul_fp32")

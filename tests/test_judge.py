@@ -9,9 +9,9 @@ import torch
 
 from course import device
 from course.recorder import export, plan
-from grader.build import build_kernels
 from grader.judge import exported as judge_export
 from grader.judge import on_gpu, parts
+from grader.kernel_build import build_kernels
 from tests.conftest import HAS_GPU
 from tests.helpers import module_from_source
 

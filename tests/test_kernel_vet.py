@@ -1,5 +1,5 @@
 """No student Python at build time: every kernel body is vetted from its syntax before the builder defines or
-compiles it (grader.build.kernel_vet), recorded specialisations are plain data, the judge recomputes each built
+compiles it (grader.kernel_build.kernel_vet), recorded specialisations are plain data, the judge recomputes each built
 file's digest, and bans on library calls are checked on the compiled kernel (grader.judge.ir_rules)."""
 
 import glob
@@ -13,9 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.build import build_kernels, built_index
 from grader.intake.layout import REPO
 from grader.judge import ir_rules
+from grader.kernel_build import build_kernels, built_index
 from grader.replay import gpu_replay as replay
 from grader.run import execute
 from grader.wall import sandbox
@@ -128,7 +128,7 @@ def test_the_functional_forms_of_triton_s_tutorials_are_kernels_of_their_functio
     request = tmp_path / "request.json"
     request.write_text(json.dumps(_request(tmp_path, source, launch)))
     # The builder's own process (as in the sandbox): Triton's library kernels (tl.zeros) compiled, not interpreted.
-    subprocess.run([sys.executable, "-m", "grader.build.build_kernels", str(request)], cwd=REPO, check=True,
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(request)], cwd=REPO, check=True,
                    env={**os.environ, "TRITON_INTERPRET": "0"})
     [entry] = json.loads((tmp_path / "built" / "index.json").read_text()).values()
     assert entry.get("kernel") == "_matmul_kernel", entry
@@ -331,8 +331,8 @@ def test_a_cpu_run_s_kernels_are_built_for_a_nominal_gpu_and_checked_on_their_ir
                                    "BLOCK": "constexpr"} and launch["target"] == plan_format.NOMINAL_TARGET
     request = {**_request(tmp_path, CPU_CELL, launch), "target": plan_format.NOMINAL_TARGET}
     (tmp_path / "request.json").write_text(json.dumps(request))
-    subprocess.run([sys.executable, "-m", "grader.build.build_kernels", str(tmp_path / "request.json")], cwd=REPO,
-                   check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(tmp_path / "request.json")],
+                   cwd=REPO, check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
     texts, errors = ir_rules.read_built(tmp_path / "built")
     assert not errors and len(texts) == 1
     problem = ir_rules.plan_problem(recorded, texts, errors, ["tl.dot"])
@@ -401,8 +401,8 @@ def test_a_kernel_in_functional_form_records_builds_and_replays_on_a_gpu(tmp_pat
     [launch] = recorded["launches"]
     request = {**_request(tmp_path, FUNCTIONAL_CELL, launch), "target": launch["target"]}
     (tmp_path / "request.json").write_text(json.dumps(request))
-    subprocess.run([sys.executable, "-m", "grader.build.build_kernels", str(tmp_path / "request.json")], cwd=REPO,
-                   check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(tmp_path / "request.json")],
+                   cwd=REPO, check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
     kernels = replay.load_kernels(tmp_path / "built")
     assert not kernels.errors, kernels.errors
     fresh = torch.randn(1000, device="cuda")

@@ -19,9 +19,9 @@ import torch
 
 from course import spec as specs
 from course.recorder import plan, plan_format
-from grader.build import build_kernels
 from grader.flow.task import grader_environment
 from grader.judge import on_cpu
+from grader.kernel_build import build_kernels
 from grader.replay import host_tensor, replay_cpu, replay_inputs
 from grader.replay.plan_checks import Unreplayable
 
@@ -254,7 +254,7 @@ def test_a_plan_of_an_unforeseen_shape_is_refused_not_a_crash_of_the_replay(tmp_
 
 
 def test_a_cpu_grading_replays_only_triton_kernels_calls_with_a_clean_plan():
-    from grader.build.stage import _cpu_replays
+    from grader.kernel_build.stage import _cpu_replays
 
     def calls(*keys):
         return [{"key": key, "set": "visible", "shape": [8, 1, 1], "seed": 1} for key in keys]

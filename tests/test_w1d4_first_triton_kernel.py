@@ -12,8 +12,8 @@ import torch
 from course import check, device, spec
 from course.exercises import w1d4_first_kernel as day4
 from course.recorder import plan
-from grader.build import build_kernels
 from grader.intake.layout import SOLUTIONS
+from grader.kernel_build import build_kernels
 from tests.helpers import module_from_source
 
 ADD = spec.get("w1d4.vector_add")

@@ -12,9 +12,9 @@ import torch
 from course import check, spec
 from course.days import banks
 from grader.authoring.release import master_version
-from grader.build import build_cuda
 from grader.intake.layout import find_course_notebook
 from grader.judge import on_cpu
+from grader.kernel_build import build_cuda
 from grader.score import score
 from tests.conftest import HAS_GPU
 

@@ -24,10 +24,10 @@ from course.days import pipelining
 from course.device import DeviceInfo
 from course.exercises import w2d4_pipelining as day4
 from course.recorder import export, plan
-from grader.build.build_kernels import launch_key
 from grader.flow.settings import Settings
 from grader.intake.layout import SOLUTIONS, course_notebooks
 from grader.judge import on_cpu
+from grader.kernel_build.build_kernels import launch_key
 from grader.run import recording
 
 MATMUL, SMEM = day4.MATMUL, day4.SMEM
@@ -349,7 +349,7 @@ def _recorded_launch(stages: int) -> dict:
 
 
 def test_the_builder_compiles_each_recorded_stage_count_for_sm90(tmp_path):
-    """The judge replays what grader.build.build_kernels compiled: a recorded num_stages must reach the TTGIR."""
+    """The judge replays what grader.kernel_build.build_kernels compiled: a recorded num_stages must reach the TTGIR."""
     launches = {s: _recorded_launch(s) for s in (1, 4)}
     exported = tmp_path / "export.json"
     exported.write_text(json.dumps({"kernels": {"w2d4.matmul_fp16": {"calls": {
@@ -357,8 +357,8 @@ def test_the_builder_compiles_each_recorded_stage_count_for_sm90(tmp_path):
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"notebook": str(NOTEBOOK_PATH), "export": str(exported),
                                    "target": launches[1]["target"], "out": str(tmp_path / "built")}))
-    done = subprocess.run([sys.executable, "-m", "grader.build.build_kernels", str(request)], capture_output=True,
-                          text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=False)
+    done = subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(request)],
+                          capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "0"}, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     index = json.loads((tmp_path / "built" / "index.json").read_text())
     assert len(index) == 2 and all("error" not in entry for entry in index.values()), index
@@ -379,7 +379,7 @@ def test_the_solution_replays_with_its_stage_count_on_fresh_inputs(tmp_path, sol
     request = tmp_path / "request.json"
     request.write_text(json.dumps({"notebook": str(NOTEBOOK_PATH), "export": str(exported),
                                    "target": recorded["launches"][0]["target"], "out": str(tmp_path / "built")}))
-    subprocess.run([sys.executable, "-m", "grader.build.build_kernels", str(request)], check=True,
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(request)], check=True,
                    env={**os.environ, "TRITON_INTERPRET": "0"})
     kernels = replay.load_kernels(tmp_path / "built")
     fresh = MATMUL.make_inputs(shape, 99, "cuda")

@@ -19,7 +19,7 @@ from course import spec
 from course.exercises import matmul
 from course.exercises import w2d5_tma as day5
 from course.recorder import descriptors, plan
-from grader.build import build_kernels
+from grader.kernel_build import build_kernels
 from grader.replay import gpu_replay as replay
 from grader.replay import tma_replay
 from tests.helpers import module_from_source

@@ -19,10 +19,10 @@ from course.device import DeviceInfo
 from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
 from course.recorder import plan_format
-from grader.build import build_kernels
 from grader.flow.settings import Settings
 from grader.intake.layout import SOLUTIONS, course_notebooks
 from grader.judge import on_cpu
+from grader.kernel_build import build_kernels
 from grader.replay import host_tensor, replay_cpu, replay_inputs
 from grader.run import recording
 

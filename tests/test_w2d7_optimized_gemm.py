@@ -22,8 +22,8 @@ from course.exercises import matmul
 from course.exercises import w2d6_tensor_cores as day6
 from course.exercises import w2d7_gemm_fp16 as day7
 from course.recorder import plan
-from grader.build import build_kernels, compile_ttgir
 from grader.intake.layout import REPO, SOLUTIONS
+from grader.kernel_build import build_kernels, compile_ttgir
 from grader.replay import gpu_replay as replay
 from grader.replay import tma_replay
 from grader.score import results
@@ -261,7 +261,7 @@ def test_the_biggest_reference_configurations_compile_for_sm90_and_fit_an_h100(t
     request.write_text(json.dumps({"notebook": str(NOTEBOOK), "export": str(exported), "target": SM90,
                                    "out": str(tmp_path / "built")}))
     # In a process of its own, as the grader runs it: this one interprets Triton (tl.cdiv included).
-    subprocess.run([sys.executable, "-m", "grader.build.build_kernels", str(request)], cwd=REPO, check=True,
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(request)], cwd=REPO, check=True,
                    env={**os.environ, "TRITON_INTERPRET": "0"})
     index = json.loads((tmp_path / "built" / "index.json").read_text())
     assert len(index) == 2 and all("error" not in entry for entry in index.values()), json.dumps(index, indent=1)

@@ -2,7 +2,8 @@
 the nominal target of a CPU run's builds, the tagged JSON of constexprs and scalars, the inputs a plan was
 recorded for, and the TTGIR digest.
 
-The builder (``grader.build.build_kernels``) and the CPU replay (``grader.replay.replay_cpu``) read plans through this
+The builder (``grader.kernel_build.build_kernels``) and the CPU replay (``grader.replay.replay_cpu``) read plans
+through this
 module
 alone, so neither pays for importing torch (about 3 s of a core, more than the rest of a build).
 """

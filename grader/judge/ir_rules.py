@@ -18,8 +18,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from grader.build import built_index
-from grader.build.build_kernels import launch_key
+from grader.kernel_build import built_index
+from grader.kernel_build.build_kernels import launch_key
 
 OPS: dict[str, tuple[str, ...]] = {
     "tl.dot": ("tt.dot", "tt.dot_scaled", "ttng.warp_group_dot", "ttng.tc_gen5_mma", "ttng.tc_gen5_mma_scaled",
@@ -75,7 +75,8 @@ def plan_problem(plan: Any, ttgir: Mapping[str, str], errors: Mapping[str, str],
 
 def read_built(built: Path) -> tuple[dict[str, str], dict[str, str]]:
     """The builder's Triton kernels in ``built`` as (launch key -> TTGIR text, launch key -> why there is none), each
-    file checked against its index entry's digest (``grader.build.built_index.built_ttgir``): for a judge that does not
+    file checked against its index entry's digest (``grader.kernel_build.built_index.built_ttgir``): for a judge that
+    does not
     compile them (the CPU's)."""
     texts: dict[str, str] = {}
     errors: dict[str, str] = {}

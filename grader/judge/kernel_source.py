@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from grader.build import build_kernels
 from grader.judge import provenance
+from grader.kernel_build import build_kernels
 
 
 def _notebook_cells(notebook_path: str) -> list[Any]:

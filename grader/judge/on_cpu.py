@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from grader.build import build_kernels
 from grader.judge import ir_rules, provenance
 from grader.judge.exported import Unsupported, _calls_of, decode_answer, read_export
 from grader.judge.kernel_source import _allowed, _notebook_cells, _read_definitions, divergence_notes, forbidden_problem
 from grader.judge.parts import bounded
+from grader.kernel_build import build_kernels
 
 
 def read_replayed(folder: Path) -> dict[str, Any]:

@@ -42,7 +42,8 @@ def judge_gpu(job: dict[str, Any], finished: Callable[[str, dict[str, Any]], Non
     reference_kernels = replay.load_kernels(Path(job["reference"]["built"])) if job.get("reference") else None
     compile_seconds = time.perf_counter() - started
     verdict: dict[str, Any] = {"kernels": {}, "seconds": {"judge_compile": compile_seconds}}
-    # A kernel compiled here, not loaded from the cache grader.build.compile_ttgir filled, cost GPU time: made visible.
+    # A kernel compiled here, not loaded from the cache grader.kernel_build.compile_ttgir filled, cost GPU time: made
+    # visible.
     loads = [k for k in (student_kernels, reference_kernels) if k is not None]
     verdict["judge_kernels"] = {"loaded": sum(len(k.loaded) for k in loads),
                                 "compiled": sum(len(k.compiled_here) for k in loads)}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from grader.build import build_cuda, build_kernels
+from grader.kernel_build import build_cuda, build_kernels
 
 
 @dataclass

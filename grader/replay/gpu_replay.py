@@ -23,9 +23,9 @@ import torch
 
 from course import cuda
 from course.recorder.plan_format import ttgir_digest
-from grader.build import build_cuda
-from grader.build.build_kernels import launch_key
-from grader.build.built_index import built_ttgir, compile_error, compiled_errors
+from grader.kernel_build import build_cuda
+from grader.kernel_build.build_kernels import launch_key
+from grader.kernel_build.built_index import built_ttgir, compile_error, compiled_errors
 from grader.replay import tma_replay
 from grader.replay.plan_checks import (
     MAX_PROGRAMS,
@@ -96,7 +96,8 @@ def _load_triton(kernels: Kernels, key: str, entry: dict[str, Any], file: Path, 
 
 
 def load_kernels(built: Path, target: Any = None, cache: Path | None = None) -> Kernels:
-    """The builder's kernels for this GPU, from the Triton cache that ``grader.build.compile_ttgir`` filled for it.
+    """The builder's kernels for this GPU, from the Triton cache that ``grader.kernel_build.compile_ttgir`` filled for
+    it.
 
     Each TTGIR file is handed to Triton's compiler as before (IR text: no Python of the notebook); with the
     same text, target and options as the compile stage's, that finds its cached binary and compiles nothing

@@ -4,7 +4,7 @@ A CPU judge compiles nothing, so it cannot replay a plan itself as the GPU judge
 (``grader.replay.gpu_replay``). ``python -P -m grader.replay.replay_cpu REQUEST.json`` runs in a fresh sandbox
 (``grader.run.execute.replay_cpu``) that holds only the sanitized notebook, the plans its run exported
 and the inputs the judge made from its secret seeds (``grader.replay.replay_inputs``): it defines nothing of
-the notebook but its top-level ``@triton.jit`` kernels, as the builder does (``grader.build.build_kernels``),
+the notebook but its top-level ``@triton.jit`` kernels, as the builder does (``grader.kernel_build.build_kernels``),
 checks each plan as the GPU replay does (``grader.replay.gpu_replay``: version, inputs, allocation budget,
 grid, every argument against its kind, the output view), launches its kernels in the interpreter
 and saves each output as ``.npy`` (bf16 as its bits). The judge (``grader.judge.verdict.judge_cpu``)
@@ -151,7 +151,7 @@ def _text(source: str | list[str]) -> str:
 
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """Replay every call of the request; writes each output into ``out/outputs``, returns what became of each."""
-    from grader.build import build_kernels
+    from grader.kernel_build import build_kernels
 
     out = Path(request["out"])
     (out / "outputs").mkdir(parents=True, exist_ok=True)

@@ -211,7 +211,7 @@ def build(job: Job, notebook: Path, export: Path, target: dict[str, Any], destin
     fresh = Path(job.workdir)
     request = {**_stage(fresh, notebook, export), "target": target, "out": str(fresh / "built")}
     (fresh / "build.json").write_text(json.dumps(request), encoding="utf-8")
-    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.build.build_kernels", str(fresh / "build.json")],
+    ran = _sandboxed(job, [sys.executable, "-P", "-m", "grader.kernel_build.build_kernels", str(fresh / "build.json")],
                      BUILD_SECONDS, gpu=False)
     scratch_folders.copy_out(fresh / "built", destination)
     if ran.status in ("timeout", "memory"):  # the notebook's kernels, not the grader, need more than a build may

@@ -29,7 +29,7 @@ GRADER = Path(__file__).resolve().parent.parent  # grader/, this module being in
 CHECKOUT = GRADER.parent
 # What a sandbox starts (``python -P -m ...`` in grader.run.execute, and the Jupyter kernel's spec).
 ENTRY_MODULES = (
-    "grader.run.execute", "grader.wall.kernel_main", "grader.build.build_kernels", "grader.replay.replay_cpu")
+    "grader.run.execute", "grader.wall.kernel_main", "grader.kernel_build.build_kernels", "grader.replay.replay_cpu")
 OWNER_FILE = "owner.pid"  # as grader.wall.scratch_folders.OWNER_FILE (not imported: the sandbox imports this module)
 _SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".*")
 # The sandbox's accounts: root (owner of every file it sees) and the unprivileged user it runs as.

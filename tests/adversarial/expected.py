@@ -12,7 +12,7 @@ wall"):
   that calls a torch op other than allocation or views, a library, does host work, uses a second
   stream or returns memory no recorded kernel writes gets 0 with a reason, and so does a kernel that
   is not a top-level ``@triton.jit`` function of a cell (or ``triton.jit(f)`` of one), whose decorator
-  or defaults are not plain, or whose body reaches anything but Triton's language (grader.build.kernel_vet).
+  or defaults are not plain, or whose body reaches anything but Triton's language (grader.kernel_build.kernel_vet).
   On a CPU: the same replay on secret inputs, through Triton's interpreter in a fresh sandbox that
   holds only the notebook's vetted kernels (same rules), provisional, and performance pending (``None`` here).
 - Quiz items: the master test cells run in the judge on answers exported as JSON, before any replay;

@@ -1,19 +1,20 @@
 """Build a notebook's Triton kernels from their source, for the judge (run inside a sandbox with no GPU).
 
-``python -m grader.build.build_kernels REQUEST.json`` reads the sanitized notebook and the launches its
+``python -m grader.kernel_build.build_kernels REQUEST.json`` reads the sanitized notebook and the launches its
 run recorded. It keeps only the notebook's top-level kernels (``@triton.jit`` functions, possibly
 under ``@triton.autotune``/``@triton.heuristics``, or a plain top-level ``def f`` made one by an
 assignment ``k = triton.jit(f)``, ``k = triton.autotune(...)(triton.jit(f))``...; the recorded
 launch names ``f``) and module-level constants made of literals or paths into Triton's language. It
 checks from the syntax alone, before running anything, that each decorator, default value and
 annotation is plain (no Python runs at definition time) and that each kernel body reaches nothing
-but Triton's language (``grader.build.kernel_vet``: the code generator would call any Python function it
+but Triton's language (``grader.kernel_build.kernel_vet``: the code generator would call any Python function it
 reaches). It defines those functions and nothing else, and compiles each recorded specialisation
 (plain data, checked by ``specialisation``) for the requested target with Triton's own compiler, as far
 as TTGIR (``course.compiler.compile_triton``, stopped after TTGIR; a host-side tensor descriptor is specialised
 by its recorded signature entry, ``tensordesc<fp16[64, 64]>``: element type and block). It writes each
 kernel's TTGIR and an index; the GPU binary is made from that text outside the sandbox
-(``grader.build.compile_ttgir``). CUDA C launches (``course.cuda``) are built by ``grader.build.build_cuda`` from the
+(``grader.kernel_build.compile_ttgir``). CUDA C launches (``course.cuda``) are built by
+``grader.kernel_build.build_cuda`` from the
 notebook's top-level string constants, into the same index. The judge replays only these builds
 (recomputing each file's digest), so a kernel the notebook does not define, or a binary a student supplied,
 is never run, and a recorded launch whose kernel differs from the build is refused.
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grader.build import build_cuda, kernel_vet
+from grader.kernel_build import build_cuda, kernel_vet
 
 JIT_NAMES = ("triton.jit", "jit")
 WRAPPER_NAMES = ("triton.autotune", "triton.heuristics", "autotune", "heuristics")
@@ -186,7 +187,7 @@ def _keep(found: Definitions, kept: list[str], lines: list[str], node: ast.Funct
 
 def read_definitions(cells: list[str]) -> Definitions:
     """Top-level kernels (``@triton.jit``, or ``k = triton.jit(f)`` of a plain top-level ``def f``) and constant
-    assignments, checked without running anything; each kernel's body is vetted (``grader.build.kernel_vet``)."""
+    assignments, checked without running anything; each kernel's body is vetted (``grader.kernel_build.kernel_vet``)."""
     found = Definitions([], {}, {})
     plain: dict[str, tuple[ast.FunctionDef, int, list[str]]] = {}  # undecorated top-level functions so far
     for index, source in enumerate(cells):

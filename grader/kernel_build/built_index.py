@@ -1,8 +1,10 @@
 """The built folder as the judge and the compile stage read it: each index entry's TTGIR, checked against its
 digest, and the compile stage's record of the kernels the compiler refused.
 
-The sandboxed builder (``grader.build.build_kernels``) writes ``index.json`` and one TTGIR file per launch key; the
-compile stage (``grader.build.compile_ttgir``) writes ``COMPILED`` beside them; the judge (``grader.replay.gpu_replay``,
+The sandboxed builder (``grader.kernel_build.build_kernels``) writes ``index.json`` and one TTGIR file per launch key;
+the
+compile stage (``grader.kernel_build.compile_ttgir``) writes ``COMPILED`` beside them; the judge
+(``grader.replay.gpu_replay``,
 ``grader.judge.ir_rules``) reads both. Both sides read the folder through this module, so neither imports the other.
 """
 

@@ -1,7 +1,7 @@
 """Compile the builder's TTGIR to GPU binaries in the judge's Triton cache, before the judge starts.
 
-The sandboxed builder (``grader.build.build_kernels``) stops at TTGIR. ``compile_built`` runs Triton's compiler
-on those files for the grading GPU's target, in ``python -P -m grader.build.compile_ttgir REQUEST.json``, a
+The sandboxed builder (``grader.kernel_build.build_kernels``) stops at TTGIR. ``compile_built`` runs Triton's compiler
+on those files for the grading GPU's target, in ``python -P -m grader.kernel_build.compile_ttgir REQUEST.json``, a
 process of the grader's own without a GPU (``CUDA_VISIBLE_DEVICES=""``), writing into the Triton cache
 the judge is started with. The judge (``grader.replay.gpu_replay.load_kernels``) then compiles the same text for the
 same target with the same options: a cache hit, so it only loads and launches while it holds the GPU.
@@ -13,7 +13,8 @@ judge sets TRITON_INTERPRET, neither of them in the key). The cache's groups nam
 judge must use the same folder.
 
 Why outside the sandbox: the input is IR text, each file checked against its index entry's digest
-(``grader.build.built_index.built_ttgir``, in the grader before the process starts), and nothing of the notebook's
+(``grader.kernel_build.built_index.built_ttgir``, in the grader before the process starts), and nothing of the
+notebook's
 Python exists here: the only code that
 runs is Triton's compiler and the grader's, exactly what the judge ran on the same files before (it
 compiled them itself), and the cache it fills is the judge's own. Why a process of its own: a compiler
@@ -39,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grader.score import results
-from grader.build.built_index import COMPILED, built_ttgir, compile_error
-from grader.run.execute import Outcome
 from grader.intake.layout import REPO
+from grader.kernel_build.built_index import COMPILED, built_ttgir, compile_error
+from grader.run.execute import Outcome
+from grader.score import results
 from grader.wall.sandbox import SANDBOX_NICE
 
 
@@ -119,7 +120,7 @@ def compile_built(built: Path, target: dict[str, Any], cache: Path, log: Path, t
     # metadata are kept of the later stages (not LLVM IR nor PTX: 60% of a kernel's files), all the judge reads.
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "CUDA_VISIBLE_DEVICES": "", "TRITON_STORE_BINARY_ONLY": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
-    argv = [sys.executable, "-P", "-m", "grader.build.compile_ttgir", str(request)]
+    argv = [sys.executable, "-P", "-m", "grader.kernel_build.compile_ttgir", str(request)]
     problem = ""
     record = built / COMPILED
     try:
