@@ -132,7 +132,7 @@ def test_the_builder_never_imports_torch(built, tmp_path):
     """The builder reads plans through plan_format, which needs no torch: importing it cost a build 3 s of a core."""
     request = json.loads((built.parent / "build.json").read_text())
     (tmp_path / "build.json").write_text(json.dumps({**request, "out": str(tmp_path / "built")}))
-    probe = ("import sys; from grader import build_kernels; code = build_kernels.main(['build.json']); "
+    probe = ("import sys; from grader.kernel_build import build_kernels; code = build_kernels.main(['build.json']); "
              "print('torch imported:', 'torch' in sys.modules); sys.exit(code)")
     done = subprocess.run([sys.executable, "-P", "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                           env=_compiling_env(built.parent / "cache"))

@@ -51,7 +51,7 @@ def _dead_pid() -> int:
 
 def _holder(out: Path) -> subprocess.Popen[str]:
     """Another process holding OUT's lock until it is killed; started once it holds it."""
-    code = ("import sys, time\nfrom pathlib import Path\nfrom grader import out_lock\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom grader.flow import out_lock\n"
             "with out_lock.held(Path(sys.argv[1]), log=lambda line: None):\n"
             "    print('held', flush=True)\n    time.sleep(600)\n")
     child = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True)
