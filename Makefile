@@ -134,4 +134,4 @@ clean:
 # COURSE_URL (required): the course's public repository, written after each text's citation of it.
 COURSE_URL ?=
 student-bundle: setup
-	$(PY) -m grader.bundle $(or $(DEST),build/student-bundle) --course-url "$(COURSE_URL)"
+	$(PY) -m grader.authoring.bundle $(or $(DEST),build/student-bundle) --course-url "$(COURSE_URL)"

@@ -5,8 +5,8 @@
 
 Reads OUT's results (a class graded on a GPU, e.g. ``bench/demo_class_gpu.sh solutions``, where the twin is a second
 copy of fast_correct's Week 2 Day 7) and prints, per timed shape, each copy's rate against the reference and the
-library, the configuration the judge graded for each (``grader.config_choice``) and the one its run picked, and the
-largest relative difference between the two copies' ratios. Nothing here needs a GPU.
+library, the configuration the judge graded for each (``grader.judge.config_choice``) and the one its run picked,
+and the largest relative difference between the two copies' ratios. Nothing here needs a GPU.
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ import shutil
 import time
 from pathlib import Path
 
-from grader.pipeline import Settings, grade, load_results, resolve_device
+from grader.flow.settings import Settings, resolve_device
+from grader.pipeline import grade
+from grader.score.stored import load_results
 from tests.adversarial.build import build
 
 REPO = Path(__file__).resolve().parent.parent

@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from course.spec import geometric_mean, get
-from grader.pipeline import load_results
+from grader.score.stored import load_results
 
 for r in sorted(load_results(Path(sys.argv[1])), key=lambda r: (r.assignment, r.notebook, r.student)):
     if r.status == "missing":

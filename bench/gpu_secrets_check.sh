@@ -8,7 +8,7 @@ source bench/gpu_env.sh
 OUT=${OUT:-build/gpu-secrets}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -m grader.sandbox
+python3 -m grader.wall.sandbox
 python3 bench/sandbox_startup.py --repeats 9 --json "$OUT/startup.json"
 if [ -d .base/grader ]; then
     PYTHONPATH=/opt/site:$PWD/.base python3 -P bench/sandbox_startup.py --repeats 9 --label "${BASE_LABEL:-.base}" \

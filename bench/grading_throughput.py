@@ -42,8 +42,8 @@ from typing import Any
 import psutil
 
 from bench import throughput as tp
-from grader import demo
-from grader.layout import course_notebooks
+from grader.authoring import demo
+from grader.intake.layout import course_notebooks
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -24,8 +24,10 @@ import nbformat  # noqa: E402
 
 from course import bench, device, spec  # noqa: E402
 from course.recorder import plan
-from grader import build_kernels, judge, replay  # noqa: E402
-from grader.layout import SOLUTIONS  # noqa: E402
+from grader.intake.layout import SOLUTIONS  # noqa: E402
+from grader.judge import verdict as judge
+from grader.kernel_build import build_kernels  # noqa: E402
+from grader.replay import gpu_replay as replay
 
 SETUP = "import torch\nimport triton\nimport triton.language as tl\nfrom course import device\nDEVICE = device.info()\n"
 

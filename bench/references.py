@@ -168,7 +168,7 @@ def copy_bandwidth() -> float:
 
 def grade_references(work: Path, notebooks: set[str] | None) -> Path:
     """Grade the demo class's ``fast_correct`` notebooks on GPU 0 into a fresh WORK/out: their references first."""
-    from grader import demo
+    from grader.authoring import demo
 
     for stale in ("class", "out"):
         shutil.rmtree(work / stale, ignore_errors=True)

@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from grader import execute, sandbox
+from grader.run import execute
+from grader.wall import sandbox, scratch_folders
 
 COMMANDS = {
     "bare python": "pass",
@@ -52,7 +53,7 @@ def main() -> int:
     label = args.label or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                          cwd=Path(execute.__file__).parent).stdout.strip()
     found: dict[str, object] = {"host": platform.node(), "python": sys.version.split()[0], "grader": label}
-    wall_tree = sys.modules.get("grader.wall_tree")  # imported by the sandbox where there is one
+    wall_tree = sys.modules.get("grader.wall.wall_tree")  # imported by the sandbox where there is one
     if wall_tree is None:
         found["wall tree build s"] = None
     else:
@@ -63,7 +64,7 @@ def main() -> int:
     for label, code in COMMANDS.items():
         seconds = []
         for _ in range(args.repeats):
-            scratch = sandbox.make_scratch("gpu-course-bench-")
+            scratch = scratch_folders.make_scratch("gpu-course-bench-")
             try:
                 seconds.append(_one(code, scratch))
             finally:

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import psutil
 
-from grader import demo, out_lock
-from grader.layout import SOLUTIONS
+from grader.authoring import demo
+from grader.flow import out_lock
+from grader.intake.layout import SOLUTIONS
 
 REPO = Path(__file__).resolve().parent.parent
 

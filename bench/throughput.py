@@ -6,7 +6,7 @@ Nothing here runs the grader or touches a GPU; every function takes results (or 
 The projection model (stated again in the script's output), from each notebook's mean measured stage times:
 - E: seconds its judge held the GPU alone ("gpu_exclusive", drain included; where no result of a measurement
   recorded it, the judge's whole wall time "judge", an upper bound), plus the seconds its run held it alone to
-  autotune or measure ("gpu_alone", grader.run_alone). Per GPU the exclusive holds are serial.
+  autotune or measure ("gpu_alone", grader.run.run_alone). Per GPU the exclusive holds are serial.
 - R: its run's wall time, the sandbox's running seconds ("notebook", which leave its frozen time out) plus its
   frozen seconds ("frozen": a paused run still takes its slot): at most ``runs_per_gpu`` runs share a GPU (the
   grader's --runs); runs are paused while a judge holds their GPU, and their shared use of the GPU is assumed

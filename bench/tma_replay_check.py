@@ -8,7 +8,7 @@ the pointer kernel elsewhere) and two small kernels of its own: one that makes i
 device (``tl.make_tensor_descriptor``, which needs global scratch) and one that writes into its
 input through a descriptor. It records launch plans of calls on several shapes exactly as the
 grader's sandbox does (``course.recorder.plan.record_call``), writes them as an export, and runs the builder
-(``python -m grader.build_kernels``) on a notebook holding those cells. A fresh process
+(``python -m grader.kernel_build.build_kernels``) on a notebook holding those cells. A fresh process
 (``--replay OUT_DIR``) then loads the builds from TTGIR, replays every plan on fresh inputs drawn
 from other seeds, compares each output with an fp64 reference, checks that forged plans are refused,
 and times one replayed TMA plan against the same call made directly. Every check prints PASS or
@@ -35,7 +35,7 @@ from course import device  # noqa: E402
 from course.exercises import matmul  # noqa: E402
 from course.exercises import w2d5_tma as day5  # noqa: E402
 from course.recorder import plan
-from grader.layout import SOLUTIONS  # noqa: E402
+from grader.intake.layout import SOLUTIONS  # noqa: E402
 
 SETUP = """import torch
 import triton
@@ -156,7 +156,7 @@ def record(folder: Path) -> None:
                "out": str(folder / "built")}
     (folder / "build.json").write_text(json.dumps(request), encoding="utf-8")
     environment = {**os.environ, "TRITON_INTERPRET": "0"}
-    subprocess.run([sys.executable, "-m", "grader.build_kernels", str(folder / "build.json")], check=True,
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(folder / "build.json")], check=True,
                    env=environment)
 
 
@@ -198,7 +198,7 @@ def replay_all(folder: Path) -> int:
     """The judge's side, in a process that never defined the kernels."""
     from course import bench
     from course.check import relative_error
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     device.configure("gpu")
     report = Report()

@@ -1,6 +1,6 @@
 """What a notebook's checks and benchmarks measured, kept in memory for the notebook's own use.
 
-Nothing here is read by the grader: its verdicts come from the judge (``grader.judge``), never
+Nothing here is read by the grader: its verdicts come from the judge (``grader.judge.verdict``), never
 from what a notebook's process reports about itself.
 """
 

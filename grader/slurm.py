@@ -7,11 +7,11 @@ every task that did not finish (failed, preempted, timed out, cancelled) once mo
 into OUT's gradebook itself, the only writer. A task that failed twice becomes a grader_error for each of its
 notebooks, never a notebook left out. Slurm's own options: partition, account, time limit, GRES and CPUs per task.
 
-The head holds OUT's lock (``grader.out_lock``); each task holds its own folder's (``OUT/slurm/task-N/out``), so
+The head holds OUT's lock (``grader.flow.out_lock``); each task holds its own folder's (``OUT/slurm/task-N/out``), so
 neither waits for the other. A task stopped by Slurm (preemption, time limit: SIGTERM to every process of the
 task; its script waits for its grader) stops as a local grading does, keeping its finished notebooks, and its second
 run (no ``--force``) grades only the rest; a later grading carries each student's earlier results into the student's
-new task folder, where those still up to date are kept. The head stopped (``grader.stopping``) cancels its job and
+new task folder, where those still up to date are kept. The head stopped (``grader.flow.stopping``) cancels its job and
 waits for Slurm to end the tasks before it exits.
 """
 
@@ -30,10 +30,13 @@ import nbformat
 from nbgrader.api import Gradebook
 from tqdm import tqdm
 
-from grader import gradebook, out_lock, results, stopping
-from grader.layout import course_notebooks, find_submissions, safe_id
-from grader.pipeline import REPO, Settings, record_result, result_path, ungraded_result
-from grader.results import GRADER_ERROR, NotebookResult
+from grader.flow import out_lock, stopping
+from grader.flow.settings import Settings
+from grader.intake.layout import REPO, course_notebooks, find_submissions, safe_id
+from grader.score import gradebook, results
+from grader.score.assemble import ungraded_result
+from grader.score.results import GRADER_ERROR, NotebookResult
+from grader.score.stored import record_result, result_path
 
 FINISHED = "exit-code"  # written by the task's script after its grade ended, whatever it decided
 CANCEL_SECONDS = 120.0  # a stopped head waits this long for Slurm to end its tasks (Slurm's KillWait: 30 s by default)

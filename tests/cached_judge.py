@@ -1,5 +1,5 @@
 """A judge's kernel load in a fresh process (``python -P -m tests.cached_judge REQUEST.json``), as
-grader.judge loads them: ``grader.replay.load_kernels`` on a built folder and a Triton cache. With
+grader.judge.verdict loads them: ``grader.replay.gpu_replay.load_kernels`` on a built folder and a Triton cache. With
 ``forbid_compiling`` every stage of Triton's compiler raises, so a kernel not found in the cache becomes an
 error instead of being compiled. Prints what it found as JSON; with a recorded ``plan`` (on a GPU) it also
 replays that plan on fresh inputs of ``spec`` and prints the output's relative error to the reference.
@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     from triton import knobs
     from triton.backends.compiler import GPUTarget
 
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     request = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     if request.get("forbid_compiling"):

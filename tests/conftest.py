@@ -13,7 +13,7 @@ import torch
 import course
 
 course.device.configure()  # before any test module defines a Triton kernel
-# New gradebooks are copied from one made earlier (grader.gradebook.register): within this process and the graders
+# New gradebooks are copied from one made earlier (grader.score.gradebook.register): within this process and the graders
 # it starts, never from an earlier session's cache.
 os.environ["GRADER_CACHE"] = tempfile.mkdtemp(prefix="grader-cache-")
 
@@ -55,7 +55,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from grader.sandbox import unavailable_reason
+    from grader.wall.sandbox import unavailable_reason
 
     no_sandbox = unavailable_reason()
     for item in items:

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from grader import sandbox
+from grader.wall import sandbox
 
 INSIDE = """
 import subprocess, sys, time

@@ -13,9 +13,10 @@ import hashlib
 import psutil
 import pytest
 
-from grader import results
-from grader.layout import SOLUTIONS
-from grader.pipeline import Settings, grade, resolve_device
+from grader.flow.settings import Settings, resolve_device
+from grader.intake.layout import SOLUTIONS
+from grader.pipeline import grade
+from grader.score import results
 from tests.adversarial.build import build, fixtures
 from tests.adversarial.expected import EXPECTED
 
@@ -108,7 +109,7 @@ def test_nothing_a_fixture_started_is_still_running(batch):
 def test_the_fixtures_changed_nothing_outside_their_sandbox(batch):
     from nbgrader.api import Gradebook
 
-    from grader.gradebook import db_url
+    from grader.score.gradebook import db_url
 
     by_student, out, solutions_before = batch
     assert _digest(SOLUTIONS) == solutions_before

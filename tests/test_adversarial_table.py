@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.adversarial.expected import EXPECTED, STUB_TWO_GPU, ZERO_GPU, markdown_table, problems
+from tests.adversarial.expected import DAY7, EXPECTED, markdown_table, problems
+
+STUB_TWO_GPU, ZERO_GPU = DAY7.STUB_TWO_GPU, DAY7.ZERO_GPU
 
 
 def test_every_fixture_has_a_verdict_inside_its_items_ranges():

@@ -14,8 +14,10 @@ from nbgrader.utils import is_grade, is_solution
 import course
 from course import answers, spec
 from course.recorder.export import encode_answer
-from grader import judge, release, score
-from grader.layout import CourseNotebook, course_notebooks
+from grader.authoring import release
+from grader.intake.layout import CourseNotebook, course_notebooks
+from grader.judge import exported as judge_export
+from grader.score import score
 
 NOTEBOOKS = course_notebooks()
 IDS = [nb.key for nb in NOTEBOOKS]
@@ -89,7 +91,7 @@ def _judged(notebook: CourseNotebook, exported: dict, arrays: Path) -> dict[str,
     tests = {name: next(t for t in by_id.values() if t["source"] == source)
              for name, source in quiz_tests(master, names).items()}
     assert set(tests) == names and all("BEGIN HIDDEN TESTS" in t["source"] for t in tests.values())
-    verdicts = judge.run_tests(list(tests.values()), exported, arrays)
+    verdicts = judge_export.run_tests(list(tests.values()), exported, arrays)
     return {name: verdicts[test["grade_id"]] for name, test in tests.items()}
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import bundle, release
-from grader.demo import FROM_SOLUTION, fill
-from grader.layout import REPO, course_notebooks
+from grader.authoring import bundle, release
+from grader.authoring.demo import FROM_SOLUTION, fill
+from grader.intake.layout import REPO, course_notebooks
 
 SHORT = 8  # shorter lines ("pass", ")") prove nothing
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
@@ -148,9 +148,9 @@ def test_the_address_is_written_once_even_across_comment_lines():
 
 
 def test_setup_files_cite_the_graders_files_in_the_online_repository():
-    note = "pkg==1  # needed by grader/gpu_work.py\n# (tests/test_environment.py fails on drift)\nname: x\n"
+    note = "pkg==1  # needed by grader/gpu/gpu_work.py\n# (tests/test_environment.py fails on drift)\nname: x\n"
     cited = bundle.cite_online(note)
-    assert cited == ("pkg==1  # needed by grader/gpu_work.py in the course's online repository\n"
+    assert cited == ("pkg==1  # needed by grader/gpu/gpu_work.py in the course's online repository\n"
                      "# (tests/test_environment.py in the course's online repository fails on drift)\nname: x\n")
     assert bundle.cite_online(cited) == cited
     assert bundle.cite_online('path = "grader/x.py"\n') == 'path = "grader/x.py"\n'  # not a comment

@@ -13,10 +13,11 @@ from types import SimpleNamespace
 import nbformat
 import pytest
 
-from grader import results, sandbox
-from grader.cell_limit import CellLimitClient, RunClock
-from grader.execute import Job, execute
-from grader.gpu_gate import GpuGate
+from grader.gpu.gpu_gate import GpuGate
+from grader.run.execute import Job, execute
+from grader.score import results
+from grader.wall import sandbox
+from grader.wall.cell_limit import CellLimitClient, RunClock
 from tests.test_execute import _notebook
 
 
@@ -37,7 +38,7 @@ def test_the_clock_counts_ticks_and_at_most_a_gap_of_a_long_pause():
 
 _CLOCK_CHILD = """
 import time
-from grader.cell_limit import RunClock
+from grader.wall.cell_limit import RunClock
 with RunClock() as clock:
     began = time.monotonic()
     print("ready", flush=True)

@@ -6,8 +6,8 @@ import sys
 import nbformat
 import pytest
 
-from grader import demo
-from grader.layout import REPO, course_notebooks
+from grader.authoring import demo
+from grader.intake.layout import REPO, course_notebooks
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")

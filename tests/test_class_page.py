@@ -13,10 +13,11 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from grader import feedback, overview, results
-from grader.results import ItemResult, NotebookResult
-from grader.tables import expected_items
-from grader.term import LATE
+from grader.lms.term import LATE
+from grader.report import feedback, overview
+from grader.report.tables import expected_items
+from grader.score import results
+from grader.score.results import ItemResult, NotebookResult
 
 ASSIGNMENT, NOTEBOOK = "week1", "day7_fast_matmul"
 KEY = f"{ASSIGNMENT}/{NOTEBOOK}"

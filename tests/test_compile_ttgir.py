@@ -1,6 +1,8 @@
-"""The builder stops at TTGIR and a trusted stage compiles it into the judge's Triton cache (grader.compile_ttgir):
-Week 1 Day 7's kernel as the solution launches it on an H100, built and compiled for sm_90 on this CPU. The judge's
-load (tests.cached_judge, a fresh process) finds every kernel there and compiles nothing."""
+"""The builder stops at TTGIR and a trusted stage compiles it into the judge's Triton cache
+(grader.kernel_build.compile_ttgir): Week 1 Day 7's kernel as the solution launches it on an H100, built and compiled
+for
+sm_90 on this CPU. The judge's load (tests.cached_judge, a fresh process) finds every kernel there and compiles
+nothing."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ import pytest
 from triton.backends.compiler import GPUTarget
 
 from course.recorder.plan_format import ttgir_digest
-from grader import build_kernels, compile_ttgir, replay, results
-from grader.layout import REPO, SOLUTIONS
+from grader.intake.layout import REPO, SOLUTIONS
+from grader.kernel_build import build_kernels, built_index, compile_ttgir
+from grader.replay import gpu_replay as replay
+from grader.score import results
 
 NOTEBOOK = SOLUTIONS / "week1" / "day7_fast_matmul.ipynb"
 SM90 = {"backend": "cuda", "arch": 90, "warp_size": 32}
@@ -71,8 +75,8 @@ def built(tmp_path_factory) -> Path:
     request = folder / "build.json"
     request.write_text(json.dumps({"notebook": str(NOTEBOOK), "export": str(exported), "target": SM90,
                                    "out": str(folder / "built")}))
-    subprocess.run([sys.executable, "-P", "-m", "grader.build_kernels", str(request)], cwd=folder, check=True,
-                   env=_compiling_env(folder / "cache"))
+    subprocess.run([sys.executable, "-P", "-m", "grader.kernel_build.build_kernels", str(request)], cwd=folder,
+                   check=True, env=_compiling_env(folder / "cache"))
     index = json.loads((folder / "built" / "index.json").read_text())
     assert sorted(index) == KEYS and all("error" not in entry for entry in index.values()), index
     return folder / "built"
@@ -107,7 +111,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from course.compiler import compile_triton
-from grader import build_kernels
+from grader.kernel_build import build_kernels
 
 notebook, src, launches = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 cells = [c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
@@ -128,7 +132,7 @@ def test_the_builder_never_imports_torch(built, tmp_path):
     """The builder reads plans through plan_format, which needs no torch: importing it cost a build 3 s of a core."""
     request = json.loads((built.parent / "build.json").read_text())
     (tmp_path / "build.json").write_text(json.dumps({**request, "out": str(tmp_path / "built")}))
-    probe = ("import sys; from grader import build_kernels; code = build_kernels.main(['build.json']); "
+    probe = ("import sys; from grader.kernel_build import build_kernels; code = build_kernels.main(['build.json']); "
              "print('torch imported:', 'torch' in sys.modules); sys.exit(code)")
     done = subprocess.run([sys.executable, "-P", "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                           env=_compiling_env(built.parent / "cache"))
@@ -157,7 +161,7 @@ def test_the_builder_writes_the_ttgir_of_a_full_compile_and_compiles_no_further(
 def test_compile_built_fills_the_judge_cache_and_a_fresh_judge_compiles_nothing(compiled, tmp_path):
     built, cache, outcome = compiled
     assert outcome.status == results.OK and outcome.timings["compile"] > 0, outcome
-    assert results.read_json(built / compile_ttgir.COMPILED) == {"target": SM90, "errors": {}}
+    assert results.read_json(built / built_index.COMPILED) == {"target": SM90, "errors": {}}
     assert len(list(cache.rglob("__grp__*.json"))) == len(KEYS) and len(list(cache.rglob("*.cubin"))) == len(KEYS)
     assert not list(cache.rglob("*.llir")) and not list(cache.rglob("*.ptx"))  # the binary alone is kept
     before = _files(cache)
@@ -189,7 +193,7 @@ def test_a_ttgir_changed_after_its_build_is_neither_compiled_nor_loaded(built, t
     file.write_text(file.read_text().replace("tt.dot", "tt.dot ", 1))
     outcome = compile_ttgir.compile_built(tmp_path / "built", SM90, tmp_path / "cache", tmp_path / "log", 300)
     assert outcome.status == results.OK
-    assert results.read_json(tmp_path / "built" / compile_ttgir.COMPILED)["errors"] == {}
+    assert results.read_json(tmp_path / "built" / built_index.COMPILED)["errors"] == {}
     assert len(list((tmp_path / "cache").rglob("__grp__*.json"))) == 1
     kernels = replay.load_kernels(tmp_path / "built", target=GPUTarget(**SM90), cache=tmp_path / "cache")
     assert kernels.errors == {changed: "the build of kernel matmul_kernel was changed after it was compiled"}
@@ -213,7 +217,7 @@ def test_a_ttgir_the_compiler_refuses_is_that_kernel_s_error_where_the_judge_rep
     folder, refused, kept = _refused_by_the_compiler(built, tmp_path / "built")
     outcome = compile_ttgir.compile_built(folder, SM90, tmp_path / "cache", tmp_path / "log", 300)
     assert outcome.status == results.OK
-    errors = results.read_json(folder / compile_ttgir.COMPILED)["errors"]
+    errors = results.read_json(folder / built_index.COMPILED)["errors"]
     assert list(errors) == [refused]
     assert errors[refused].startswith("the judge could not compile kernel matmul_kernel: ")
     found = _judge_load(tmp_path, folder, tmp_path / "cache", target=SM90, forbid_compiling=True)
@@ -246,7 +250,7 @@ def test_a_compiler_that_aborts_costs_only_the_kernel_it_was_compiling(built, tm
     monkeypatch.setenv("ABORT_ON", aborted)
     outcome = compile_ttgir.compile_built(tmp_path / "built", SM90, tmp_path / "cache", tmp_path / "log", 300)
     assert outcome.status == results.OK, outcome
-    errors = results.read_json(tmp_path / "built" / compile_ttgir.COMPILED)["errors"]
+    errors = results.read_json(tmp_path / "built" / built_index.COMPILED)["errors"]
     assert errors == {aborted: "the judge could not compile kernel matmul_kernel: the compiler stopped (exit code -6)"}
     kernels = replay.load_kernels(tmp_path / "built", target=GPUTarget(**SM90), cache=tmp_path / "cache")
     assert kernels.loaded == [kept] and kernels.errors == errors
@@ -263,9 +267,9 @@ def test_a_compile_stage_past_its_limit_is_a_grader_error(built, tmp_path):
 def test_a_record_the_builder_left_is_never_taken_for_the_stage_s(tmp_path):
     (tmp_path / "built").mkdir()
     (tmp_path / "built" / "index.json").write_text("{not json")
-    forged = tmp_path / "built" / compile_ttgir.COMPILED
+    forged = tmp_path / "built" / built_index.COMPILED
     forged.write_text(json.dumps({"errors": {KEYS[0]: "the judge could not compile kernel matmul_kernel: forged"}}))
-    assert compile_ttgir.compiled_errors(tmp_path / "built") != {}
+    assert built_index.compiled_errors(tmp_path / "built") != {}
     outcome = compile_ttgir.compile_built(tmp_path / "built", SM90, tmp_path / "cache", tmp_path / "log", 60)
     assert outcome.status == results.GRADER_ERROR and "JSONDecodeError" in outcome.message
-    assert not forged.exists() and compile_ttgir.compiled_errors(tmp_path / "built") == {}
+    assert not forged.exists() and built_index.compiled_errors(tmp_path / "built") == {}

@@ -1,6 +1,6 @@
-"""An autotuned kernel is graded at the configuration the judge timed fastest, not the one the run's shared benchmark
-picked (grader.config_choice): the recorder keeps one plan per candidate, the builder builds them all, and the judge
-chooses among those that pass its checks and return right results."""
+"""An autotuned kernel is graded at the configuration the judge timed fastest, not the one the run's shared
+benchmark picked (grader.judge.config_choice): the recorder keeps one plan per candidate, the builder builds them
+all, and the judge chooses among those that pass its checks and return right results."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import subprocess
 import sys
 import textwrap
 
-from grader import build_kernels, config_choice
-from grader.layout import REPO
+from grader.intake.layout import REPO
+from grader.judge import config_choice
+from grader.kernel_build import build_kernels
 
 # A notebook's autotuned kernel, recorded on a CPU through Triton's interpreter: the run's own benchmark (which a
 # CPU cannot make) is given as it might read beside other runs, BLOCK 32 its fastest.

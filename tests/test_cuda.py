@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import nbformat
@@ -19,8 +18,9 @@ import torch
 
 from course import cuda
 from course.recorder import plan, plan_format
-from grader import build_cuda, build_kernels
+from grader.kernel_build import build_cuda, build_kernels
 from tests.conftest import HAS_GPU
+from tests.helpers import module_from_source
 
 REPO = Path(__file__).resolve().parent.parent
 SCALE_SOURCE = r'''
@@ -53,13 +53,7 @@ def _cupy_or_skip() -> None:
 
 
 def _module(tmp_path: Path, source: str, name: str):
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return module
+    return module_from_source(tmp_path, source, name)
 
 
 def _launch(source: str = SCALE_SOURCE, options: tuple[str, ...] = ("--use_fast_math",)) -> dict:
@@ -252,7 +246,7 @@ def test_a_kernel_runs_on_torchs_stream_and_counts_as_a_launch(tmp_path):
 
 @pytest.mark.gpu
 def test_a_recorded_cuda_plan_replays_from_the_built_module_on_fresh_inputs(tmp_path):
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     cell = _module(tmp_path, CELL, "gpu_cuda_replay_cell")
     x = torch.randn(1000, device="cuda")

@@ -10,7 +10,8 @@ import triton.language as tl
 
 from course import check, divergence, spec
 from course.divergence import KernelSource
-from grader import build_kernels, judge
+from grader.judge import kernel_source
+from grader.kernel_build import build_kernels
 
 DAY6 = spec.get("w1d6.matmul_outer")
 DAY7 = spec.get("w1d7.matmul_fp32")
@@ -346,17 +347,17 @@ def test_read_definitions_keeps_kernel_sources_and_library_aliases():
 def test_the_judge_refuses_a_launch_whose_kernel_reaches_a_forbidden_call(kernel_name, banned):
     definitions = build_kernels.read_definitions(NOTEBOOK_CELLS)
     plan = {"launches": [{"kernel": kernel_name}]}
-    problem = judge.forbidden_problem(DAY6, plan, definitions)
+    problem = kernel_source.forbidden_problem(DAY6, plan, definitions)
     assert (problem is not None and "calls tl.dot" in problem) is banned
-    assert judge.forbidden_problem(DAY7, plan, definitions) is None  # Day 7 bans nothing
+    assert kernel_source.forbidden_problem(DAY7, plan, definitions) is None  # Day 7 bans nothing
 
 
 def test_cpu_verdicts_carry_notes_on_divergences_of_the_launched_kernels():
     definitions = build_kernels.read_definitions(NOTEBOOK_CELLS)
     calls = {"visible-0": {"plan": {"launches": [{"kernel": "rank1"}]}}, "bogus": "not a dict"}
-    notes = judge.divergence_notes(DAY6, calls, definitions)
+    notes = kernel_source.divergence_notes(DAY6, calls, definitions)
     assert len(notes) == 2 and all(n.startswith("NOTE the GPU may disagree: [unchecked-address] rank1") for n in notes)
-    assert judge.divergence_notes(DAY6, {"visible-0": {"plan": {"launches": [{"kernel": "uses_dot"}]}}},
+    assert kernel_source.divergence_notes(DAY6, {"visible-0": {"plan": {"launches": [{"kernel": "uses_dot"}]}}},
                                   definitions) == []
 
 
@@ -369,5 +370,6 @@ def test_a_reader_failure_in_the_judge_refuses_a_ban_and_drops_only_the_notes(mo
 
     monkeypatch.setattr(divergence, "forbidden_problem", explode)
     monkeypatch.setattr(divergence, "scan", explode)
-    assert "could not read the kernels' source (RecursionError)" in judge.forbidden_problem(DAY6, plan, definitions)
-    assert judge.divergence_notes(DAY6, {"visible-0": {"plan": plan}}, definitions) == []
+    problem = kernel_source.forbidden_problem(DAY6, plan, definitions)
+    assert "could not read the kernels' source (RecursionError)" in problem
+    assert kernel_source.divergence_notes(DAY6, {"visible-0": {"plan": plan}}, definitions) == []

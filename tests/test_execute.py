@@ -5,8 +5,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import results, sandbox
-from grader.execute import Job, execute, scrubbed_environment
+from grader.run.execute import Job, execute, scrubbed_environment
+from grader.score import results
+from grader.wall import sandbox
 
 
 def _notebook(folder, *sources):

@@ -1,5 +1,5 @@
 """One run's kernel or memory costs only that run, with a fake driver: the GPU gate and the run watch find the
-culprit from per-process accounting (``grader.gpu_work``'s shape of answers), stop its process tree with a status
+culprit from per-process accounting (``grader.gpu.gpu_work``'s shape of answers), stop its process tree with a status
 of its own, and leave every other run going. Real processes stand for the runs; the fake driver says which of them
 "has a kernel running" and how much memory each holds."""
 
@@ -17,9 +17,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader import pipeline, results, sandbox
-from grader.gpu_gate import GPU_HANG, GPU_MEMORY, GpuGate
-from grader.gpu_watch import RunWatch
+from grader import pipeline
+from grader.gpu.gpu_gate import GPU_HANG, GPU_MEMORY, GpuGate
+from grader.gpu.gpu_watch import RunWatch
+from grader.run import stage
+from grader.score import results
+from grader.wall import sandbox, scratch_folders
 from tests.conftest import HAS_GPU
 
 
@@ -168,7 +171,7 @@ def test_a_run_stopped_by_the_gate_ends_its_sandbox_with_that_status(tmp_path: P
     # --no-sandbox runs the same watchdog loop: what matters is how the run's end is reported.
     driver = FakeDriver()
     gate = GpuGate(driver.idle, drain_limit=0.5, retry_drain=0.5, busy_processes=driver.busy_since)
-    scratch = sandbox.make_scratch()
+    scratch = scratch_folders.make_scratch()
     outcome = {}
     try:
         with gate.shared("0") as user:
@@ -195,7 +198,7 @@ def test_a_run_stopped_by_the_gate_ends_its_sandbox_with_that_status(tmp_path: P
 
 @pytest.mark.gpu
 def test_on_a_real_gpu_the_driver_names_the_process_of_a_spinning_kernel(tmp_path):
-    from grader import gpu_work
+    from grader.gpu import gpu_work
 
     assert HAS_GPU
     (tmp_path / "spin.py").write_text(SPIN)  # Triton reads a kernel's source from its file
@@ -256,12 +259,12 @@ def test_a_run_that_ran_out_of_gpu_memory_while_a_neighbour_was_stopped_for_it_r
             return pipeline.Outcome(results.OK, "", {"notebook": 3.0}), {}
         return pipeline.Outcome(results.OK, "", {"notebook": 2.0}), {"answers": {}}
 
-    monkeypatch.setattr(pipeline, "_run_once", run_once)
-    monkeypatch.setattr(pipeline, "kernel_calls", lambda *args: [])
+    monkeypatch.setattr(stage, "_run_once", run_once)
+    monkeypatch.setattr(stage, "kernel_calls", lambda *args: [])
     task = types.SimpleNamespace(plan=types.SimpleNamespace(notebook=None), settings=None, run_seed=1, key="s",
                                  bench_only=False, run=tmp_path)
     with gate.shared("0") as pause:
-        staged = pipeline.run_stage(task, pause)
+        staged = stage.run_stage(task, pause)
     assert len(calls) == runs
     assert (staged.outcome.timings.get("notebook_before_a_neighbours_memory_stop") == 3.0) == (runs == 2)
 
@@ -273,7 +276,7 @@ def test_a_run_that_ran_out_of_gpu_memory_while_a_neighbour_was_stopped_for_it_r
 ])
 def test_a_build_past_its_limits_is_the_students_and_any_other_failure_the_graders(tmp_path, monkeypatch, ended,
                                                                                     status, said):
-    from grader import execute
+    from grader.run import execute
 
     monkeypatch.setattr(execute, "_sandboxed", lambda *args, **kw: sandbox.SandboxResult(ended, None, ended, 1.0, 0))
     (tmp_path / "nb.ipynb").write_text("{}")
@@ -283,7 +286,7 @@ def test_a_build_past_its_limits_is_the_students_and_any_other_failure_the_grade
 
 
 def test_the_driver_s_answers_become_busy_pids_memory_and_none_where_it_cannot_say(monkeypatch):
-    from grader import gpu_work
+    from grader.gpu import gpu_work
 
     class Failed(Exception):
         pass

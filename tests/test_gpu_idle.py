@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from grader import gpu_idle
-from grader.gpu_gate import GpuGate
+from grader.gpu import gpu_idle
+from grader.gpu.gpu_gate import GpuGate
 
 
 class FakeNvml:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grader import gpu_nodes, sandbox
-from grader.gpu_nodes import CudaDevice, GpuUnavailable, binding, gpu_uuid, pci_address
+from grader.gpu import gpu_nodes
+from grader.gpu.gpu_nodes import CudaDevice, GpuUnavailable, binding, gpu_uuid, pci_address
+from grader.wall import sandbox, scratch_folders
 
 UUIDS = ["GPU-3b1ea1c3-1111-2222-3333-000000000000", "GPU-3b1ea1c3-1111-2222-3333-000000000001",
          "GPU-3b1ea1c3-1111-2222-3333-000000000002"]
@@ -99,7 +100,7 @@ def test_a_gpu_the_grader_cannot_map_is_a_sandbox_error_not_every_gpu(tmp_path, 
         raise GpuUnavailable(f"CUDA device {index!r} is not visible to the grader")
 
     monkeypatch.setattr(gpu_nodes, "cuda_device", unknown)
-    scratch = sandbox.make_scratch()
+    scratch = scratch_folders.make_scratch()
     try:
         result = sandbox.run(["true"], scratch=scratch, env={"PATH": os.defpath}, limits=sandbox.Limits(seconds=60),
                              log_path=tmp_path / "log", gpu="1", sandbox=False)
@@ -144,7 +145,7 @@ def test_a_sandbox_sees_its_one_gpu_only(tmp_path):
 
     for index in range(torch.cuda.device_count()):
         expected = str(torch.cuda.get_device_properties(index).uuid)
-        scratch = sandbox.make_scratch()
+        scratch = scratch_folders.make_scratch()
         try:
             env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": str(scratch), "PYTHONDONTWRITEBYTECODE": "1"}
             result = sandbox.run([sys.executable, "-c", INSIDE, PROBE], scratch=scratch, env=env,

@@ -6,11 +6,20 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from grader import cli, judge, pipeline, results
-from grader.execute import Outcome
-from grader.layout import course_notebooks
-from grader.pipeline import Graded, Settings, grade, load_results
-from grader.release import student_version
+from grader import cli, pipeline
+from grader.authoring.release import student_version
+from grader.flow import reference
+from grader.flow import settings as grading_settings
+from grader.flow.settings import Settings
+from grader.flow.task import Graded, Staged
+from grader.intake.layout import course_notebooks
+from grader.judge import stage as judge_stage
+from grader.judge import verdict as judge
+from grader.pipeline import grade
+from grader.run import recording
+from grader.run.execute import Outcome
+from grader.score import results
+from grader.score.stored import load_results
 
 DAY4 = next(nb for nb in course_notebooks() if nb.key == "week1/day4_first_triton_kernel")
 DAY7 = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
@@ -29,7 +38,7 @@ def test_a_reference_that_cannot_be_graded_stops_its_students(tmp_path, monkeypa
 
     class ReferenceWithoutAVerdict(pipeline.GradingStages):
         def run(self, task, gpu, pause):
-            return pipeline.Staged(Outcome(results.OK), [], {})
+            return Staged(Outcome(results.OK), [], {})
 
         def build(self, task, staged):
             return staged
@@ -40,7 +49,7 @@ def test_a_reference_that_cannot_be_graded_stops_its_students(tmp_path, monkeypa
                                                        "a verdict (exit code 1; see judge.log)"), None, results.OK)
 
     monkeypatch.setattr(pipeline, "GradingStages", ReferenceWithoutAVerdict)
-    monkeypatch.setattr(pipeline, "visible_gpus", lambda: ("0",))
+    monkeypatch.setattr(grading_settings, "visible_gpus", lambda: ("0",))
     settings = Settings("gpu", "GPU (a test)", sandbox=False)
     graded = grade(_class(tmp_path / "class", DAY7), tmp_path / "out", settings, log=lambda _: None)
     assert judged == ["reference"]  # no student's notebook was judged
@@ -62,7 +71,7 @@ def test_a_relative_out_folder_reaches_every_stage_as_an_absolute_path(tmp_path,
     class Recording(pipeline.GradingStages):
         def run(self, task, gpu, pause):
             seen.extend([task.run, task.judge_cache])
-            return pipeline.Staged(Outcome(results.OK), [], {})
+            return Staged(Outcome(results.OK), [], {})
 
         def build(self, task, staged):
             return staged
@@ -71,7 +80,7 @@ def test_a_relative_out_folder_reaches_every_stage_as_an_absolute_path(tmp_path,
             return Graded(Outcome(results.OK), {"tests": {}, "kernels": {}})
 
     monkeypatch.setattr(pipeline, "GradingStages", Recording)
-    monkeypatch.setattr(pipeline, "visible_gpus", lambda: ("0",))
+    monkeypatch.setattr(grading_settings, "visible_gpus", lambda: ("0",))
     monkeypatch.chdir(tmp_path)
     _class(tmp_path / "class", DAY4, students=("alice",))
     grade(pipeline.Path("class"), pipeline.Path("out"), Settings("gpu", "GPU (a test)", sandbox=False),
@@ -81,15 +90,15 @@ def test_a_relative_out_folder_reaches_every_stage_as_an_absolute_path(tmp_path,
 
 
 def test_a_reference_kernel_that_was_not_timed_cannot_anchor_grades():
-    [job] = pipeline.kernel_calls(DAY7, Settings("gpu", "GPU"), 1, "reference", bench_only=True)
+    [job] = recording.kernel_calls(DAY7, Settings("gpu", "GPU"), 1, "reference", bench_only=True)
     verdict = {"kernels": {job["spec"]: {"sets": {"bench": {"passed": True, "messages": []}},
                                          "bench": {"rows": [{"shape": [1024] * 3, "student_ms": None,
                                                              "error": "not timed: the plan was refused"}]}}}}
-    problem = pipeline._reference_problem(Graded(Outcome(results.OK), verdict), [job])
+    problem = reference._reference_problem(Graded(Outcome(results.OK), verdict), [job])
     assert "not timed: the plan was refused" in problem
     timed = {"kernels": {job["spec"]: {"sets": {"bench": {"passed": True, "messages": []}},
                                        "bench": {"rows": [{"shape": [1024] * 3, "student_ms": 0.2}]}}}}
-    assert pipeline._reference_problem(Graded(Outcome(results.OK), timed), [job]) is None
+    assert reference._reference_problem(Graded(Outcome(results.OK), timed), [job]) is None
 
 
 @pytest.mark.slow
@@ -116,7 +125,7 @@ def test_a_judge_that_cannot_start_is_a_grader_error_for_every_notebook_and_a_no
 @pytest.mark.slow
 @pytest.mark.sandbox
 def test_on_a_gpu_a_judge_process_that_cannot_start_stops_the_notebook_loudly(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(pipeline, "JUDGE_MODULE", "grader.no_such_judge")  # as a judge that cannot import grader
+    monkeypatch.setattr(judge_stage, "JUDGE_MODULE", "grader.no_such_judge")  # as a judge that cannot import grader
     root = _class(tmp_path / "class", DAY4)
     argv = ["grade", str(root), "--out", str(tmp_path / "out"), "--device", "gpu", "--allow-ungraded"]
     assert cli.main(argv) == 1
@@ -134,7 +143,7 @@ def test_a_judge_unsure_of_having_its_gpu_alone_is_told_to_the_ta_once():
     settings = Settings("gpu", "GPU")
     unread = {"gpu_notes": ["the GPU's utilisation could not be read: waited a fixed moment for queued work"]}
     for _ in range(3):
-        pipeline.note_gpu_trouble(settings, "1", unread)
-    pipeline.note_gpu_trouble(settings, "1", {"seconds": {}})
+        judge_stage.note_gpu_trouble(settings, "1", unread)
+    judge_stage.note_gpu_trouble(settings, "1", {"seconds": {}})
     assert settings.notes == ["GPU 1: the GPU's utilisation could not be read: waited a fixed moment for queued "
                               "work: timings taken then may include other notebooks' work"]

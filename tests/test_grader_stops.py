@@ -1,6 +1,6 @@
 """One grader per output folder, and a grader stopped by a signal leaves nothing behind.
 
-The lock's rules on their own first (grader/out_lock.py: a record of a dead grader, another host's record, a
+The lock's rules on their own first (grader/flow/out_lock.py: a record of a dead grader, another host's record, a
 filesystem without flock); then real graders (``python -m grader grade`` on three copies of the Day 1 solution, on
 the CPU): a second and a third started while the first grades its OUT, and one stopped by SIGTERM mid-class, whose
 next run finishes the class as a run never stopped does.
@@ -24,8 +24,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader import cli, out_lock
-from grader.layout import REPO, SOLUTIONS
+from grader import cli
+from grader.flow import out_lock
+from grader.intake.layout import REPO, SOLUTIONS
 
 DAY1 = SOLUTIONS / "week1" / "day1_host_baseline.ipynb"
 STUDENTS = ("ann", "bob", "cy")
@@ -50,7 +51,7 @@ def _dead_pid() -> int:
 
 def _holder(out: Path) -> subprocess.Popen[str]:
     """Another process holding OUT's lock until it is killed; started once it holds it."""
-    code = ("import sys, time\nfrom pathlib import Path\nfrom grader import out_lock\n"
+    code = ("import sys, time\nfrom pathlib import Path\nfrom grader.flow import out_lock\n"
             "with out_lock.held(Path(sys.argv[1]), log=lambda line: None):\n"
             "    print('held', flush=True)\n    time.sleep(600)\n")
     child = subprocess.Popen([sys.executable, "-c", code, str(out)], cwd=REPO, stdout=subprocess.PIPE, text=True)

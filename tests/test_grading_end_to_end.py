@@ -8,10 +8,12 @@ import nbformat
 import pytest
 
 from course.spec import for_notebook
-from grader import demo, results
-from grader.layout import course_notebooks
-from grader.pipeline import Settings, grade, resolve_device
-from grader.release import student_version
+from grader.authoring import demo
+from grader.authoring.release import student_version
+from grader.flow.settings import Settings, resolve_device
+from grader.intake.layout import course_notebooks
+from grader.pipeline import grade
+from grader.score import results
 from tests.conftest import HAS_GPU
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox]
@@ -116,8 +118,8 @@ def test_performance_ranks_the_fast_student_above_the_slow_one(graded):
 
 def test_outputs_for_the_ta(graded):
     _, out, by_student, _, _ = graded
-    from grader.feedback import write_pages
-    from grader.tables import export
+    from grader.report.feedback import write_pages
+    from grader.report.tables import export
 
     export(list(by_student.values()), out)
     index = write_pages(list(by_student.values()), out)

@@ -11,8 +11,8 @@ import pytest
 
 from course import grading_table
 from course import spec as specs
-from grader import release
-from grader.layout import course_notebooks
+from grader.authoring import release
+from grader.intake.layout import course_notebooks
 
 GRADED = [nb for nb in course_notebooks()
           if any(c.metadata.get("nbgrader", {}).get("grade") for c in release.read(nb.solution_path).cells)]

@@ -16,8 +16,8 @@ import pytest
 
 from bench import grading_throughput as script
 from bench import throughput as tp
-from grader.layout import REPO
-from grader.results import ItemResult, NotebookResult
+from grader.intake.layout import REPO
+from grader.score.results import ItemResult, NotebookResult
 
 DAY1 = "week1/day1_host_baseline"
 H100 = "NVIDIA H100 80GB HBM3"

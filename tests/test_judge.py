@@ -1,9 +1,7 @@
 """The judge's pieces: launch plans recorded as data, kernels built from source, replay, answers as data."""
 
 import dataclasses
-import importlib.util
 import json
-import sys
 
 import nbformat
 import pytest
@@ -11,8 +9,11 @@ import torch
 
 from course import device
 from course.recorder import export, plan
-from grader import build_kernels, judge
+from grader.judge import exported as judge_export
+from grader.judge import on_gpu, parts
+from grader.kernel_build import build_kernels
 from tests.conftest import HAS_GPU
+from tests.helpers import module_from_source
 
 KERNEL_CELL = '''
 import torch
@@ -38,13 +39,7 @@ def scale(x):
 
 
 def _module(tmp_path, source, name="notebook_cell"):
-    path = tmp_path / f"{name}.py"
-    path.write_text(source)
-    module_spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module
-    module_spec.loader.exec_module(module)
-    return module
+    return module_from_source(tmp_path, source, name)
 
 
 def _x():
@@ -95,7 +90,7 @@ def test_a_subclass_of_int_is_not_exported_as_an_int(tmp_path):
         __hash__ = int.__hash__
 
     assert "unsupported" in export.encode_answer(Sneaky(3), tmp_path, "x")
-    verdicts = judge.run_tests(
+    verdicts = judge_export.run_tests(
         [{"grade_id": "t", "source": "assert isinstance(x, int), 'x should be an int'\nassert x == 5"}],
         {"x": export.encode_answer(Sneaky(3), tmp_path, "x")}, tmp_path)
     assert verdicts["t"]["passed"] is False
@@ -106,8 +101,8 @@ def test_a_subclass_of_int_is_not_exported_as_an_int(tmp_path):
 def test_answers_round_trip_as_plain_data(tmp_path):
     value = {"a": [1, 2.5, True, None, "s"], "t": (1, 2)}
     encoded = export.encode_answer(value, tmp_path, "v")
-    assert judge.decode_answer(json.loads(json.dumps(encoded)), tmp_path) == value
-    verdicts = judge.run_tests([{"grade_id": "t", "source": "assert missing == 1"}], {}, tmp_path)
+    assert judge_export.decode_answer(json.loads(json.dumps(encoded)), tmp_path) == value
+    verdicts = judge_export.run_tests([{"grade_id": "t", "source": "assert missing == 1"}], {}, tmp_path)
     assert "missing is not defined" in verdicts["t"]["message"]
 
 
@@ -152,7 +147,7 @@ def test_the_builder_compiles_a_recorded_specialisation_for_sm90_without_a_gpu(t
 
 @pytest.mark.gpu
 def test_a_recorded_plan_replays_in_another_build_on_fresh_inputs(tmp_path):
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     cell = _module(tmp_path, KERNEL_CELL, "gpu_cell")
     x = torch.randn(1000, device="cuda")
@@ -180,7 +175,7 @@ def test_an_answer_whose_array_file_cannot_be_loaded_fails_only_its_own_item(tmp
 
     np.save(tmp_path / "0.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)  # a pickle
     answers = {"table": {"array": "0.npy"}, "count": {"value": 3}}
-    verdicts = judge.run_tests([{"grade_id": "t_table", "source": "assert table[0] == 1"},
+    verdicts = judge_export.run_tests([{"grade_id": "t_table", "source": "assert table[0] == 1"},
                                 {"grade_id": "t_count", "source": "assert count == 3"}], answers, tmp_path)
     assert verdicts["t_table"]["passed"] is False
     assert verdicts["t_table"]["message"].startswith("unsupported answer: table: its array file cannot be read")
@@ -193,7 +188,7 @@ def _export_with(tmp_path, monkeypatch, namespace, plans):
     request.write_text(json.dumps({"out": str(tmp_path / "export"), "device": "cpu", "answers": sorted(namespace),
                                    "kernels": [{"spec": spec} for spec in plans]}))
     export.write(namespace, str(request))
-    return judge.read_export(tmp_path / "export")
+    return judge_export.read_export(tmp_path / "export")
 
 
 def test_an_answer_or_plan_that_cannot_be_encoded_loses_only_itself(tmp_path, monkeypatch):
@@ -203,7 +198,7 @@ def test_an_answer_or_plan_that_cannot_be_encoded_loses_only_itself(tmp_path, mo
     assert "more than 4300 digits" in exported["answers"]["huge"]["unsupported"]
     assert exported["kernels"]["a"]["error"].startswith("the launch plan could not be exported (ValueError")
     assert exported["kernels"]["b"] == plans["b"]
-    verdicts = judge.run_tests([{"grade_id": "t_huge", "source": "assert huge > 0"},
+    verdicts = judge_export.run_tests([{"grade_id": "t_huge", "source": "assert huge > 0"},
                                 {"grade_id": "t_small", "source": "assert small == 7"}], exported["answers"],
                                tmp_path / "export" / "arrays")
     assert verdicts["t_huge"]["message"].startswith("unsupported answer: huge: an int of more than 4300 digits")
@@ -214,16 +209,16 @@ def test_an_export_with_an_int_python_will_not_read_keeps_every_other_answer(tmp
     # A notebook may lift Python's digit limit and write the export itself: the judge reads it anyway.
     digits = "9" * 5001
     (tmp_path / "export.json").write_text('{"answers": {"huge": {"value": ' + digits + '}, "small": {"value": 7}}}')
-    exported = judge.read_export(tmp_path)
+    exported = judge_export.read_export(tmp_path)
     assert exported["answers"]["small"] == {"value": 7}
-    verdicts = judge.run_tests([{"grade_id": "t", "source": "assert huge"}], exported["answers"], tmp_path)
+    verdicts = judge_export.run_tests([{"grade_id": "t", "source": "assert huge"}], exported["answers"], tmp_path)
     assert verdicts["t"]["message"] == "unsupported answer: huge: an int of 5001 digits"
 
 
 def test_the_student_the_reference_and_the_library_are_timed_in_the_same_rounds(monkeypatch):
     from course import bench
     from course import spec as specs
-    from grader import replay
+    from grader.replay import gpu_replay as replay
 
     spec, asked = specs.get("w1d7.matmul_fp32"), []
 
@@ -234,7 +229,7 @@ def test_the_student_the_reference_and_the_library_are_timed_in_the_same_rounds(
 
     monkeypatch.setattr(bench, "time_interleaved", interleaved)
     spec = dataclasses.replace(spec, spot_error=lambda inputs, out: 1.0, make_inputs=lambda shape, seed, on: ())
-    timed, rounds = judge._time_row(spec, (64, 64, 64), "student plan", None, "reference plan", None, 5, None)
+    timed, rounds = on_gpu._time_row(spec, (64, 64, 64), "student plan", None, "reference plan", None, 5, None)
     assert asked == [(3, (replay.Unreplayable, ValueError))]  # one timing of all three
     assert rounds == 2  # the library's timed calls
     assert timed["student"] == (None, "timed call 0 returned a wrong result (relative error 1.00e+00)")
@@ -249,7 +244,7 @@ def test_without_a_reference_plan_the_student_is_timed_beside_the_library_alone(
     spec = specs.get("w1d7.matmul_fp32")
     monkeypatch.setattr(bench, "time_interleaved", lambda entries, **_: [bench.Timing([0.5] * len(entries))] *
                         len(entries))
-    timed, _ = judge._time_row(spec, (64, 64, 64), "student plan", None, None, None, 5, None)
+    timed, _ = on_gpu._time_row(spec, (64, 64, 64), "student plan", None, None, None, 5, None)
     assert set(timed) == {"student", "library"} and timed["student"] == (0.5, None)
 
 
@@ -260,18 +255,18 @@ def test_a_library_call_that_fails_is_the_graders_fault_not_the_students(monkeyp
     spec = specs.get("w1d7.matmul_fp32")
     monkeypatch.setattr(bench, "time_interleaved", lambda entries, **_: [bench.Timing([1.0]), ValueError("cuBLAS")])
     with pytest.raises(ValueError, match="cuBLAS"):
-        judge._time_row(spec, (64, 64, 64), "student plan", None, None, None, 5, None)
+        on_gpu._time_row(spec, (64, 64, 64), "student plan", None, None, None, 5, None)
 
 
 def test_the_text_a_students_values_put_into_a_message_is_capped(tmp_path):
     # A test that quotes the answer, and a student whose answer is a whole file: the message keeps its start only.
     payload = "x" * 100_000
     answers = {"label": {"value": payload}, "name": {"value": 1}}
-    verdicts = judge.run_tests([{"grade_id": "t_quote", "source": "assert label == 'fast', f'got {label!r}'"},
+    verdicts = judge_export.run_tests([{"grade_id": "t_quote", "source": "assert label == 'fast', f'got {label!r}'"},
                                 {"grade_id": "t_raise", "source": "raise ValueError(label)"},
                                 {"grade_id": "t_name", "source": f"{'y' * 5000} + name"}], answers, tmp_path)
     for grade_id in ("t_quote", "t_raise"):
         message = verdicts[grade_id]["message"]
         assert not verdicts[grade_id]["passed"] and message.startswith(("got 'xxx", "ValueError: xxx"))
-        assert len(message) <= judge.MESSAGE_CHARS + 40 and "more characters cut" in message
+        assert len(message) <= parts.MESSAGE_CHARS + 40 and "more characters cut" in message
     assert len(verdicts["t_name"]["message"]) < 200

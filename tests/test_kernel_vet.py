@@ -1,6 +1,6 @@
 """No student Python at build time: every kernel body is vetted from its syntax before the builder defines or
-compiles it (grader.kernel_vet), recorded specialisations are plain data, the judge recomputes each built
-file's digest, and bans on library calls are checked on the compiled kernel (grader.ir_rules)."""
+compiles it (grader.kernel_build.kernel_vet), recorded specialisations are plain data, the judge recomputes each built
+file's digest, and bans on library calls are checked on the compiled kernel (grader.judge.ir_rules)."""
 
 import glob
 import json
@@ -13,8 +13,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import build_kernels, execute, ir_rules, replay, sandbox
-from grader.layout import REPO
+from grader.intake.layout import REPO
+from grader.judge import ir_rules
+from grader.kernel_build import build_kernels, built_index
+from grader.replay import gpu_replay as replay
+from grader.run import execute
+from grader.wall import sandbox
 
 SM90 = {"backend": "cuda", "arch": 90, "warp_size": 32}
 HEAD = "import math\nimport triton\nimport triton.language as tl\n"
@@ -124,7 +128,7 @@ def test_the_functional_forms_of_triton_s_tutorials_are_kernels_of_their_functio
     request = tmp_path / "request.json"
     request.write_text(json.dumps(_request(tmp_path, source, launch)))
     # The builder's own process (as in the sandbox): Triton's library kernels (tl.zeros) compiled, not interpreted.
-    subprocess.run([sys.executable, "-m", "grader.build_kernels", str(request)], cwd=REPO, check=True,
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(request)], cwd=REPO, check=True,
                    env={**os.environ, "TRITON_INTERPRET": "0"})
     [entry] = json.loads((tmp_path / "built" / "index.json").read_text()).values()
     assert entry.get("kernel") == "_matmul_kernel", entry
@@ -290,15 +294,15 @@ def test_the_judge_refuses_a_built_file_that_differs_from_its_index_entry(tmp_pa
     source = _kernel("tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)")
     [(key, entry)] = _build(tmp_path, source, _launch()).items()
     built = tmp_path / "built"
-    assert replay.built_ttgir(built, entry).startswith("#")
+    assert built_index.built_ttgir(built, entry).startswith("#")
     file = built / entry["file"]
     file.write_text(file.read_text().replace("1.000000e+00", "2.000000e+00"))
     with pytest.raises(ValueError, match="changed after it was compiled"):
-        replay.built_ttgir(built, entry)
+        built_index.built_ttgir(built, entry)
     (built / "link.ttgir").symlink_to(file)
     for name in ("link.ttgir", "../../absent.ttgir"):
         with pytest.raises(ValueError, match="missing or malformed"):
-            replay.built_ttgir(built, {**entry, "file": name})
+            built_index.built_ttgir(built, {**entry, "file": name})
 
 
 RANK1 = "acc += tl.load(x_ptr + offs)[:, None] * tl.load(x_ptr + offs)[None, :]"
@@ -311,7 +315,7 @@ def test_a_ban_is_checked_on_the_compiled_kernel(tmp_path, line, banned):
     body = f"offs = tl.arange(0, 16)\nacc = tl.full((16, 16), 0.0, tl.float32)\n{line}\n" \
            "tl.device_assert(acc == acc, 'tt.dot')\ntl.store(x_ptr + offs[:, None] * 16 + offs[None, :], acc)"
     [(key, entry)] = _build(tmp_path, _kernel(body), _launch()).items()
-    text = replay.built_ttgir(tmp_path / "built", entry)
+    text = built_index.built_ttgir(tmp_path / "built", entry)
     problem = ir_rules.problem(text, ["tl.dot"], "kernel k")
     assert (problem is not None) == banned, problem
     plan = {"launches": [_launch()]}
@@ -367,8 +371,8 @@ def test_a_cpu_run_s_kernels_are_built_for_a_nominal_gpu_and_checked_on_their_ir
                                    "BLOCK": "constexpr"} and launch["target"] == plan_format.NOMINAL_TARGET
     request = {**_request(tmp_path, CPU_CELL, launch), "target": plan_format.NOMINAL_TARGET}
     (tmp_path / "request.json").write_text(json.dumps(request))
-    subprocess.run([sys.executable, "-m", "grader.build_kernels", str(tmp_path / "request.json")], cwd=REPO,
-                   check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(tmp_path / "request.json")],
+                   cwd=REPO, check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
     texts, errors = ir_rules.read_built(tmp_path / "built")
     assert not errors and len(texts) == 1
     problem = ir_rules.plan_problem(recorded, texts, errors, ["tl.dot"])
@@ -378,7 +382,7 @@ def test_a_cpu_run_s_kernels_are_built_for_a_nominal_gpu_and_checked_on_their_ir
 
 
 def test_an_answer_cell_defines_the_kernel_it_wraps_with_triton_jit():
-    from grader import provenance
+    from grader.judge import provenance
 
     cells = [nbformat.v4.new_code_cell(HEAD + "def _k(x_ptr):\n    pass\n\nk = triton.jit(_k)\n"),
              nbformat.v4.new_code_cell("def _other(x_ptr):\n    pass\n\nother = triton.jit(_other)\n")]
@@ -437,8 +441,8 @@ def test_a_kernel_in_functional_form_records_builds_and_replays_on_a_gpu(tmp_pat
     [launch] = recorded["launches"]
     request = {**_request(tmp_path, FUNCTIONAL_CELL, launch), "target": launch["target"]}
     (tmp_path / "request.json").write_text(json.dumps(request))
-    subprocess.run([sys.executable, "-m", "grader.build_kernels", str(tmp_path / "request.json")], cwd=REPO,
-                   check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(tmp_path / "request.json")],
+                   cwd=REPO, check=True, env={**os.environ, "TRITON_INTERPRET": "0"})
     kernels = replay.load_kernels(tmp_path / "built")
     assert not kernels.errors, kernels.errors
     fresh = torch.randn(1000, device="cuda")

@@ -15,10 +15,11 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from grader import cli, collect, feedback_zips, roster, upload
-from grader.feedback import page_path, render_page
-from grader.layout import find_submissions
-from grader.results import GRADER_ERROR, MISSING, OK, PASSED, PENDING, ItemResult, NotebookResult
+from grader import cli
+from grader.intake.layout import find_submissions
+from grader.lms import collect, feedback_zips, roster, upload
+from grader.report.feedback import page_path, render_page
+from grader.score.results import GRADER_ERROR, MISSING, OK, PASSED, PENDING, ItemResult, NotebookResult
 
 # Canvas's gradebook import header, as its importer checks it (instructure/canvas-lms,
 # app/models/gradebook_importer.rb: row[0] "Student", row[1] "ID", then "SIS User ID" and "SIS Login ID", and

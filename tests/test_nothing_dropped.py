@@ -22,10 +22,15 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from grader import cli, demo, layout, results
-from grader.layout import CLASS_FILES, course_notebooks, find_submissions, safe_id, valid_id
-from grader.pipeline import Settings, describe_failed_run, grade
-from grader.release import student_version
+from grader import cli
+from grader.authoring import demo
+from grader.authoring.release import student_version
+from grader.flow.settings import Settings
+from grader.intake import layout
+from grader.intake.layout import CLASS_FILES, course_notebooks, find_submissions, safe_id, valid_id
+from grader.pipeline import grade
+from grader.run.failure import describe_failed_run
+from grader.score import results
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
 EXPECTED = "week1/day7_fast_matmul.ipynb"
@@ -245,8 +250,8 @@ def test_names_and_messages_say_what_happened(batch):
 @pytest.mark.slow
 @pytest.mark.sandbox
 def test_every_submission_is_a_row_in_every_output(batch):
-    from grader.feedback import write_pages
-    from grader.tables import export
+    from grader.report.feedback import write_pages
+    from grader.report.tables import export
 
     _, out, expected, by, _ = batch
     written = export(list(by.values()), out)
@@ -286,7 +291,7 @@ def test_the_gradebook_has_every_student_under_a_safe_id(batch):
 @pytest.mark.sandbox
 def test_stock_nbgrader_export_in_out_leaves_grades_csv_alone(batch):
     _, out, expected, by, _ = batch
-    from grader.tables import export
+    from grader.report.tables import export
 
     written = export(list(by.values()), out)
     before = written.grades.read_bytes()
@@ -303,7 +308,7 @@ def test_the_cli_says_loudly_what_was_not_graded_and_exits_1(batch, capsys):
     argv = ["grade", str(root), "--out", str(out), "--device", "cpu", "--jobs", "2", "--cell-timeout", "20"]
     assert cli.main(argv) == 1  # everything is kept from the batch: nothing runs again
     captured = capsys.readouterr()
-    from grader.pipeline import load_results
+    from grader.score.stored import load_results
 
     # Every student also lacks the other Week 1 notebooks; a second notebook in one folder makes them ambiguous.
     failed = sum(r.status not in (results.OK, results.MISSING) for r in load_results(out))

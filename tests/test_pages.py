@@ -24,10 +24,13 @@ from urllib.parse import unquote
 
 import pytest
 
-from grader import demo, feedback, overview, results, sandbox
-from grader.cli import _Progress
-from grader.results import ItemResult, NotebookResult
-from grader.tables import expected_items, items_of
+from grader.authoring import demo
+from grader.report import feedback, overview
+from grader.report.tables import expected_items, items_of
+from grader.report.terminal import _Progress
+from grader.score import results
+from grader.score.results import ItemResult, NotebookResult
+from grader.wall import sandbox
 
 # Debian's chromium; on GitHub's Ubuntu 24.04 images, the image's own Chromium (Ubuntu ships it only as a snap).
 CHROMIUM = next((path for path in (shutil.which("chromium"), "/usr/bin/chromium", shutil.which("chromium-browser"),
@@ -128,7 +131,8 @@ def _assert_static(page: Path) -> None:
 def demo_class(tmp_path_factory):
     if SANDBOX_REASON is not None:
         pytest.skip(f"NOT RUN, not counted as passed: the sandbox cannot run here ({SANDBOX_REASON})")
-    from grader.pipeline import Settings, grade, resolve_device
+    from grader.flow.settings import Settings, resolve_device
+    from grader.pipeline import grade
 
     root, out = tmp_path_factory.mktemp("demo-class"), tmp_path_factory.mktemp("demo-pages")
     demo.build(root, keys={"week1/day7_fast_matmul"})  # the pages of one notebook's class; the others are missing
@@ -449,7 +453,7 @@ def test_plots_drawn_ahead_are_the_ones_the_pages_show_and_none_is_drawn_again(t
 @needs_browser
 def test_the_similarity_page_of_the_graded_demo_class(demo_class):
     """The similarity step on what the grader stored for the demo class: its sanitized notebooks, read back."""
-    from grader import similarity
+    from grader.report import similarity
 
     page = similarity.write_similarity_page(demo_class["out"], demo_class["results"])
     _assert_static(page)

@@ -2,9 +2,11 @@
 
 import pytest
 
-from grader import pipeline, sandbox
-from grader.layout import course_notebooks
-from grader.pipeline import SandboxUnavailable, Settings, grade
+from grader.flow.settings import SandboxUnavailable, Settings
+from grader.intake.layout import course_notebooks
+from grader.pipeline import grade
+from grader.run import recording
+from grader.wall import sandbox
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
 
@@ -33,7 +35,7 @@ def test_judged_shapes_and_seeds_come_from_the_run_seed():
     settings = Settings("cpu", "CPU")
 
     def calls(seed, student="alice"):
-        [job] = pipeline.kernel_calls(NOTEBOOK, settings, seed, student)
+        [job] = recording.kernel_calls(NOTEBOOK, settings, seed, student)
         return [(c["shape"], c["seed"]) for c in job["calls"]]
 
     assert calls(1) == calls(1)
@@ -43,11 +45,11 @@ def test_judged_shapes_and_seeds_come_from_the_run_seed():
 
 
 def test_the_bench_shapes_come_from_the_spec_on_a_gpu():
-    [job] = pipeline.kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice")
+    [job] = recording.kernel_calls(NOTEBOOK, Settings("gpu", "GPU"), 1, "alice")
     assert job["bench_shapes"] == [list(s) for s in (
         (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (3000, 2000, 1500))]
 
 
 def test_the_answers_exported_are_what_the_master_tests_read():
-    assert pipeline.notebook_plan(NOTEBOOK).answers == [
+    assert recording.notebook_plan(NOTEBOOK).answers == [
         "a_reads_per_element", "flops_4096", "step_intensity", "tf32_would_pass"]

@@ -8,8 +8,8 @@ import time
 import psutil
 import pytest
 
-from grader import process_table
-from grader.process_table import ProcessTable
+from grader.wall import process_table
+from grader.wall.process_table import ProcessTable
 
 _GRANDCHILD = ("import subprocess, sys, time; "
                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)")

@@ -1,7 +1,7 @@
-"""The push autograder's service, piece by piece: a request is checked throughout (grader/push_request.py), the
-branch's record decides what is graded (grader/push_state.py), the roster names the student (grader/push_roster.py)
-and the service answers what it refuses without grading (grader/push_service.py). The workflow's own steps against
-the service: tests/test_workflows.py."""
+"""The push autograder's service, piece by piece: a request is checked throughout (grader/push/push_request.py), the
+branch's record decides what is graded (grader/push/push_state.py), the roster names the student
+(grader/push/push_roster.py) and the service answers what it refuses without grading (grader/push/push_service.py).
+The workflow's own steps against the service: tests/test_workflows.py."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import push_request, push_roster, push_service, push_state
-from grader.push_request import RequestError, git_blob_id
+from grader.push import push_request, push_roster, push_service, push_state
+from grader.push.push_request import RequestError, git_blob_id
 
 REPO = Path(__file__).resolve().parent.parent
 W1D1 = "week1/day1_host_baseline.ipynb"
@@ -215,7 +215,7 @@ def test_one_service_at_a_time(tmp_path):
 
 
 def test_pushed_takes_regular_files_only_never_a_link(tmp_path):
-    from grader import pushed
+    from grader.push import pushed
 
     (tmp_path / "week1").mkdir()
     (tmp_path / W1D1).write_text("{}")

@@ -8,8 +8,8 @@ import pytest
 from nbgrader.utils import is_grade, is_locked, is_solution
 
 from course.spec import all_specs
-from grader import release
-from grader.layout import course_notebooks
+from grader.authoring import release
+from grader.intake.layout import course_notebooks
 
 NOTEBOOKS = course_notebooks()
 
@@ -113,7 +113,7 @@ def _grade_cell(nb, grade_id: str):
 
 def test_release_writes_the_solutions_table_and_points_from_its_specs(tmp_path, monkeypatch):
     # On a copy of one solution: a hand-edited points value and table row are written back, then the student copy.
-    from grader import layout
+    from grader.intake import layout
 
     notebook = next(nb for nb in NOTEBOOKS if nb.key == "week1/day7_fast_matmul")
     floor, row = "perf_w1d7_matmul_fp32_floor", "| `floor` | at least 500 GFLOP/s | {} |"

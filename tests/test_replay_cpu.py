@@ -1,4 +1,4 @@
-"""The CPU replay (grader.replay_cpu): hand-made and recorded plans run through Triton's interpreter on the
+"""The CPU replay (grader.replay.replay_cpu): hand-made and recorded plans run through Triton's interpreter on the
 judge's buffers, every malformed plan refused with its reason, the CPU judge's verdict from the replay, and a
 replay that runs with torch refused."""
 
@@ -19,9 +19,11 @@ import torch
 
 from course import spec as specs
 from course.recorder import plan, plan_format
-from grader import build_kernels, host_tensor, judge, replay_cpu, replay_inputs
-from grader.pipeline import grader_environment
-from grader.plan_checks import Unreplayable
+from grader.flow.task import grader_environment
+from grader.judge import on_cpu
+from grader.kernel_build import build_kernels
+from grader.replay import host_tensor, replay_cpu, replay_inputs
+from grader.replay.plan_checks import Unreplayable
 
 INTERPRETER_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="records an interpreted call; a GPU is visible")
 
@@ -194,22 +196,22 @@ def test_a_recorded_call_replays_on_secret_inputs_and_the_cpu_judge_checks_it(tm
 
     job = {"export": str(export), "replayed": str(tmp_path / "replayed"), "notebook": str(tmp_path / "notebook.ipynb"),
            "replay_error": None, "kernels": [{"spec": saxpy.id, "calls": calls, "bench_shapes": []}]}
-    sets = judge.judge_cpu(job)["kernels"][saxpy.id]["sets"]
+    sets = on_cpu.judge_cpu(job)["kernels"][saxpy.id]["sets"]
     assert sets["visible"]["passed"] and sets["visible"]["provisional"]
     assert not sets["hidden"]["passed"] and "not at a whole fp32 element" in sets["hidden"]["messages"][0]
     # Judged against the secret seed's reference: the same output under another seed fails.
     calls[0]["seed"] = 5
-    assert not judge.judge_cpu(job)["kernels"][saxpy.id]["sets"]["visible"]["passed"]
+    assert not on_cpu.judge_cpu(job)["kernels"][saxpy.id]["sets"]["visible"]["passed"]
 
 
 @INTERPRETER_ONLY
 def test_the_replay_process_runs_with_torch_refused(tmp_path):
-    """``python -m grader.replay_cpu`` as the sandbox starts it: torch cannot be imported there, and the replay
+    """``python -m grader.replay.replay_cpu`` as the sandbox starts it: torch cannot be imported there, and the replay
     still gives the output the in-process replay gives."""
     saxpy = specs.get("w1d4.saxpy")
     request, _ = _saxpy_request(tmp_path)
     (tmp_path / "replay.json").write_text(json.dumps(request))
-    done = subprocess.run([sys.executable, "-X", "importtime", "-P", "-m", "grader.replay_cpu",
+    done = subprocess.run([sys.executable, "-X", "importtime", "-P", "-m", "grader.replay.replay_cpu",
                            str(tmp_path / "replay.json")],
                           capture_output=True, text=True, cwd=tmp_path, env=grader_environment(dict(os.environ)))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -235,7 +237,7 @@ def test_a_replay_that_ended_early_says_so_for_each_call(tmp_path):
     job = {"export": str(export), "replayed": str(tmp_path / "nothing"), "notebook": str(tmp_path / "notebook.ipynb"),
            "replay_error": "the replay of the kernels in the interpreter ran past its 600 s limit",
            "kernels": [{"spec": saxpy.id, "calls": calls, "bench_shapes": []}]}
-    visible = judge.judge_cpu(job)["kernels"][saxpy.id]["sets"]["visible"]
+    visible = on_cpu.judge_cpu(job)["kernels"][saxpy.id]["sets"]["visible"]
     assert not visible["passed"] and "not replayed: the replay of the kernels" in visible["messages"][0]
 
 
@@ -252,7 +254,7 @@ def test_a_plan_of_an_unforeseen_shape_is_refused_not_a_crash_of_the_replay(tmp_
 
 
 def test_a_cpu_grading_replays_only_triton_kernels_calls_with_a_clean_plan():
-    from grader.pipeline import _cpu_replays
+    from grader.kernel_build.stage import _cpu_replays
 
     def calls(*keys):
         return [{"key": key, "set": "visible", "shape": [8, 1, 1], "seed": 1} for key in keys]

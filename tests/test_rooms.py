@@ -95,3 +95,100 @@ def test_every_triton_compile_goes_through_course_compiler():
             if "triton.compile(" in file.read_text(encoding="utf-8"):
                 direct.append(str(file.relative_to(REPO)))
     assert direct == []
+
+
+def _module_name(file: Path, root: Path) -> str:
+    parts = file.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``package`` it imports, from its import statements at any depth of its code (a
+    function-level import closes a circle as surely as a top-level one, only later). ``root`` holds ``package``."""
+    files = {_module_name(file, root): file for file in (root / package).rglob("*.py")}
+    graph = {}
+    for name, file in files.items():
+        found = set()
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == package:
+                # `from grader.room import module` imports that module; `from grader.room.module import name` it too
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                          for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {alias.name for alias in node.names if alias.name in files}
+        # a package's __init__ runs before its modules: importing it is no edge back into the room
+        graph[name] = {m for m in found if m in files and m != name and not name.startswith(f"{m}.")}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every group of modules that import each other, directly or around a longer loop (strongly connected
+    components of more than one module, Tarjan's algorithm without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        found.append(sorted(group))
+    return found
+
+
+def test_no_import_circle_in_the_grader():
+    graph = import_graph(REPO, "grader")
+    assert {"grader.kernel_build.compile_ttgir", "grader.replay.gpu_replay", "grader.pipeline"} <= set(graph)
+    assert circles(graph) == []
+
+
+def test_the_circle_finder_finds_a_circle(tmp_path):
+    # compile_ttgir and replay as they were: each imported the other (one of them inside a function)
+    room = tmp_path / "pkg" / "room"
+    room.mkdir(parents=True)
+    for folder in (tmp_path / "pkg", room):
+        (folder / "__init__.py").write_text('"""A room."""\n')
+    (room / "a.py").write_text("from pkg.room.b import f\n")
+    (room / "b.py").write_text("def f():\n    from pkg.room import c\n")
+    (room / "c.py").write_text("import pkg.room.a\n")
+    (room / "d.py").write_text("from pkg.room import a\n")
+    assert circles(import_graph(tmp_path, "pkg")) == [["pkg.room.a", "pkg.room.b", "pkg.room.c"]]
+
+
+def test_every_room_says_what_it_is_for_and_holds_no_code():
+    rooms = [init for init in (REPO / "grader").glob("*/__init__.py")]
+    assert len(rooms) >= 10
+    for init in rooms:
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        assert ast.get_docstring(tree), f"{init.relative_to(REPO)} says nothing of its room"
+        assert len(tree.body) == 1, f"{init.relative_to(REPO)} holds code: a room's __init__ is its docstring"
+
+
+def test_no_grader_module_is_over_450_lines():
+    long = {str(f.relative_to(REPO)): n for f in (REPO / "grader").rglob("*.py")
+            if (n := len(f.read_text(encoding="utf-8").splitlines())) > 450}
+    assert long == {}

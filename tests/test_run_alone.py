@@ -1,4 +1,4 @@
-"""A run's requests for its GPU alone (grader.run_alone, course.recorder.alone), with fake GPU slots.
+"""A run's requests for its GPU alone (grader.run.run_alone, course.recorder.alone), with fake GPU slots.
 
 Processes stand in for runs: each stamps the time (CLOCK_MONOTONIC, one clock for every process) into a file
 every few milliseconds; the asking one holds its GPU alone through the recorder's own client while it stamps.
@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from course.recorder import alone
-from grader import sandbox, wall_tree
-from grader.gpu_gate import GpuGate
-from grader.layout import REPO
-from grader.run_alone import AloneChannel
+from grader.gpu.gpu_gate import GpuGate
+from grader.intake.layout import REPO
+from grader.run.run_alone import AloneChannel
+from grader.wall import sandbox, scratch_folders, wall_tree
 from tests.test_schedule import STAMPER, _inside, _stamps
 
 # Asks for the GPU alone after a first moment (garbage on the channel before, as a student may write), stamps
@@ -165,7 +165,7 @@ def test_the_recorder_finds_the_autotuners_a_notebook_defines_and_makes_them_cho
 def test_the_request_crosses_the_sandbox_wall(tmp_path):
     # The FIFOs lie in the run's scratch directory, which the sandbox binds: the sandboxed recorder's ask reaches
     # the grader, and the grant comes back.
-    scratch = sandbox.make_scratch()
+    scratch = scratch_folders.make_scratch()
     try:
         gate = GpuGate(idle=lambda gpu: True)
         with gate.shared("0") as run, AloneChannel(scratch / "gpu-alone", run) as channel:

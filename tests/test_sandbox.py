@@ -24,8 +24,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader import sandbox
-from grader.sandbox import Limits, cleanup_stale, copy_out, make_scratch, run, unavailable_reason
+from grader.wall import cpu_pool, sandbox, scratch_folders
+from grader.wall.sandbox import Limits, run, unavailable_reason
+from grader.wall.scratch_folders import cleanup_stale, copy_out, make_scratch
 
 REPO = Path(__file__).resolve().parent.parent
 REASON = unavailable_reason()
@@ -181,7 +182,7 @@ def test_inside_runs_as_an_unprivileged_user(scratch, tmp_path):
     result, log = _python(scratch, tmp_path / "log", code)
     assert result.status == "ok", log
     uid, euid, gid = (int(word) for word in log.split()[:3])
-    assert uid != 0 and euid != 0 and gid != 0 and uid == sandbox.SANDBOX_UID
+    assert uid != 0 and euid != 0 and gid != 0 and uid == scratch_folders.SANDBOX_UID
     assert "CapEff:\t0000000000000000" in log and "NoNewPrivs:\t1" in log
 
 
@@ -258,7 +259,7 @@ def test_killing_the_grader_kills_everything_inside(scratch, tmp_path):
             time.sleep(0.05)
         inside = _tagged(tag, inside=True)
         assert len(inside) == 2, (tmp_path / "log").read_text() if (tmp_path / "log").exists() else "no log"
-        assert all(process.uids().real == sandbox.SANDBOX_UID for process in inside)
+        assert all(process.uids().real == scratch_folders.SANDBOX_UID for process in inside)
     finally:
         grader.send_signal(signal.SIGKILL)
         grader.wait()
@@ -310,7 +311,7 @@ def test_exit_codes_and_limits_become_statuses(scratch, tmp_path, use_sandbox):
             "scratch_limit": "wrote more than 4.0 MiB of files in its scratch folder (caches and temporary files); "
                              "stopped"}[status]
         for path in scratch.iterdir():
-            if path.name != sandbox.OWNER_FILE:
+            if path.name != scratch_folders.OWNER_FILE:
                 path.unlink()
     # 3 MiB of cache files and 0.5 MiB printed: each under its own quota, though their sum is over the printed one.
     result, _ = check("open('shown.txt', 'wb').write(b'x' * 2**19)\nopen('cache', 'wb').write(b'x' * 3 * 2**20)",
@@ -405,7 +406,7 @@ def test_sandboxed_code_cannot_raise_its_priority_back(scratch, tmp_path):
 
 
 def test_the_cpu_pool_hands_out_disjoint_sets_while_it_can_then_shares_evenly():
-    pool = sandbox.CpuPool([0, 1, 2, 3])
+    pool = cpu_pool.CpuPool([0, 1, 2, 3])
     first, second = pool.take(2), pool.take(2)
     assert sorted(first + second) == [0, 1, 2, 3]
     third = pool.take(3)  # oversubscribed: the least used CPUs first
@@ -416,8 +417,8 @@ def test_the_cpu_pool_hands_out_disjoint_sets_while_it_can_then_shares_evenly():
 
 
 def test_cpus_per_run_share_the_cpus_evenly_and_overlap_only_to_reach_the_floor():
-    assert sandbox.default_cpus_per_run(4, cpus=32) == 8
-    assert sandbox.default_cpus_per_run(20, cpus=32) == 1
-    assert sandbox.default_cpus_per_run(20, at_least=2, cpus=32) == 2  # 12 runs and 8 builds on two GPUs
-    assert sandbox.default_cpus_per_run(6, at_least=2, cpus=32) == 5
-    assert sandbox.default_cpus_per_run(3, at_least=2, cpus=1) == 1  # never more CPUs than there are
+    assert cpu_pool.default_cpus_per_run(4, cpus=32) == 8
+    assert cpu_pool.default_cpus_per_run(20, cpus=32) == 1
+    assert cpu_pool.default_cpus_per_run(20, at_least=2, cpus=32) == 2  # 12 runs and 8 builds on two GPUs
+    assert cpu_pool.default_cpus_per_run(6, at_least=2, cpus=32) == 5
+    assert cpu_pool.default_cpus_per_run(3, at_least=2, cpus=1) == 1  # never more CPUs than there are

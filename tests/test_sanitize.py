@@ -3,10 +3,10 @@
 import nbformat
 import pytest
 
-from grader import gradebook, results
-from grader.layout import course_notebooks
-from grader.release import student_version
-from grader.sanitize import sanitize
+from grader.authoring.release import student_version
+from grader.intake.layout import course_notebooks
+from grader.intake.sanitize import sanitize
+from grader.score import gradebook, results
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
 
@@ -94,7 +94,7 @@ def _drop_test_tf32_from_the_masters(monkeypatch) -> None:
 
 
 def test_a_gradebook_from_other_notebooks_is_refused_clearly(tmp_path, monkeypatch):
-    from grader.results import NotebookResult
+    from grader.score.results import NotebookResult
 
     url = gradebook.db_url(tmp_path)
     gradebook.register(url, [NOTEBOOK])

@@ -6,10 +6,10 @@ import nbformat
 import pytest
 from nbformat import NotebookNode
 
-from grader import gradebook, results
-from grader.layout import course_notebooks
-from grader.release import master_version, student_version
-from grader.sanitize import Sanitized, sanitize
+from grader.authoring.release import master_version, student_version
+from grader.intake.layout import course_notebooks
+from grader.intake.sanitize import Sanitized, sanitize
+from grader.score import gradebook, results
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
 KERNEL = "def matmul(a, b):\n    return 'my kernel'"

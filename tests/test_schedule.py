@@ -20,9 +20,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from grader import gpu_gate, sandbox
-from grader.gpu_gate import GpuGate
-from grader.schedule import Limits, Scheduler
+from grader.flow.schedule import Limits, Scheduler
+from grader.gpu import gpu_gate
+from grader.gpu.gpu_gate import GpuGate
+from grader.wall import sandbox
 
 STAMPER = """
 import os, sys, time

@@ -2,9 +2,9 @@
 
 import pytest
 
-from grader import results, score
-from grader.layout import course_notebooks
-from grader.release import master_version
+from grader.authoring.release import master_version
+from grader.intake.layout import course_notebooks
+from grader.score import results, score
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
 MASTER = master_version(NOTEBOOK)

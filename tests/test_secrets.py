@@ -20,7 +20,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader.pipeline import Settings, grade, resolve_device
+from grader.flow.settings import Settings, resolve_device
+from grader.pipeline import grade
 from tests.adversarial.build import build, fixtures
 from tests.adversarial.expected import EXPECTED
 

@@ -13,9 +13,9 @@ import nbformat
 import pytest
 
 from course import divergence, selfcheck
-from grader import release
-from grader.demo import DEMO_CLASS, FROM_SOLUTION, fill, parse_answers
-from grader.layout import REPO, course_notebooks
+from grader.authoring import release
+from grader.authoring.demo import DEMO_CLASS, FROM_SOLUTION, fill, parse_answers
+from grader.intake.layout import REPO, course_notebooks
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day7_fast_matmul")
 KERNEL_TESTS = ("test_matmul_visible", "test_matmul_hidden")

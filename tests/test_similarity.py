@@ -1,7 +1,8 @@
-"""Similar submissions (grader/similarity.py): a class laid out as the grader stores it, the similarity page read back.
+"""Similar submissions (grader/report/similarity.py): a class laid out as the grader stores it, the similarity page
+read back.
 
-The class of Week 1 Day 7 is made of released notebooks with answer cells filled (``grader.demo.fill``), found
-and sanitized as grading does (``find_submissions``, ``sanitize``, ``pipeline.run_dir``) but not run: alice
+The class of Week 1 Day 7 is made of released notebooks with answer cells filled (``grader.authoring.demo.fill``), found
+and sanitized as grading does (``find_submissions``, ``sanitize``, ``stored.run_dir``) but not run: alice
 wrote her kernel, bob handed in alice's with every name changed, carol wrote her own, dan left the stubs and
 eve submitted nothing (a sanitized notebook of alice's lies in eve's run folder from an earlier batch). All
 of them give the same quiz answers. The page must list alice and bob, and nobody else.
@@ -16,10 +17,12 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grader import demo, pipeline, results, similarity
-from grader.layout import find_course_notebook, find_submissions
-from grader.results import NotebookResult
-from grader.sanitize import sanitize
+from grader.authoring import demo
+from grader.intake.layout import find_course_notebook, find_submissions
+from grader.intake.sanitize import sanitize
+from grader.report import similarity
+from grader.score import results, stored
+from grader.score.results import NotebookResult
 
 ASSIGNMENT, NOTEBOOK = "week1", "day7_fast_matmul"
 QUIZ = """flops_4096 = 2 * 4096**3
@@ -198,7 +201,7 @@ def _graded_class(root: Path, out: Path) -> list[NotebookResult]:
             continue
         cleaned = sanitize(submission.path, ASSIGNMENT, NOTEBOOK, submission.student, "")
         assert cleaned.notebook is not None, cleaned.message
-        run = pipeline.run_dir(out, submission)
+        run = stored.run_dir(out, submission)
         run.mkdir(parents=True, exist_ok=True)
         nbformat.write(cleaned.notebook, str(run / "sanitized.ipynb"))
         all_results.append(NotebookResult(submission.student, ASSIGNMENT, NOTEBOOK, results.OK,
@@ -379,7 +382,7 @@ def test_without_its_stored_notebook_a_result_is_read_from_its_answer_cells(tmp_
     stored = similarity.sanitized_path(out, alice)
     nb = nbformat.read(str(stored), as_version=4)
     alice.code = [{"id": c.metadata.nbgrader["grade_id"], "source": c.source} for c in nb.cells
-                  if c.get("metadata", {}).get("nbgrader", {}).get("solution")]  # as pipeline._result keeps them
+                  if c.get("metadata", {}).get("nbgrader", {}).get("solution")]  # as assemble._result keeps them
     stored.unlink()
     [view] = similarity.build(out, all_results)
     assert [(p.a.student, p.b.student) for p in view.pairs] == [("alice", "bob")]

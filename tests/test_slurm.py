@@ -15,9 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from grader import cli, demo, slurm, stopping
-from grader.pipeline import Settings
-from grader.results import GRADER_ERROR
+from grader import cli, slurm
+from grader.authoring import demo
+from grader.commands import grading as grading_commands
+from grader.commands import options
+from grader.flow import stopping
+from grader.flow.settings import Settings
+from grader.score.results import GRADER_ERROR
 from tests.slurm_cluster import Cluster, unavailable
 
 DAY1 = "week1/day1_host_baseline"
@@ -109,7 +113,7 @@ def test_a_stopped_head_cancels_its_job_and_waits_for_slurm_to_end_its_tasks(tmp
 
 def test_hidden_paths_reach_the_grading_settings():
     args = cli.parser().parse_args(["grade", "subs", "--device", "cpu", "--hide", "/class", "--hide", "/head-out"])
-    assert cli._settings(args).hide == ("/class", "/head-out")
+    assert grading_commands._settings(args).hide == ("/class", "/head-out")
 
 
 def test_only_options_away_from_their_defaults_are_forwarded():
@@ -117,7 +121,7 @@ def test_only_options_away_from_their_defaults_are_forwarded():
                                     "--executor", "slurm", "--runs", "3", "--assignment", "week1",
                                     "--term", "term.toml"])
     # each task grades the week asked for; the term is the head's alone (it applies it to the gathered grades)
-    assert cli._forwarded(args) == ["--assignment", "week1", "--device", "cpu", "--runs", "3", "--seed", "9",
+    assert options._forwarded(args) == ["--assignment", "week1", "--device", "cpu", "--runs", "3", "--seed", "9",
                                     "--no-sandbox"]
 
 

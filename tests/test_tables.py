@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import csv
 
-from grader import results
-from grader.layout import safe_id
-from grader.results import ItemResult, NotebookResult
-from grader.tables import (
+from grader.intake.layout import safe_id
+from grader.report import terminal
+from grader.report.tables import (
     GRADES_CSV,
     NBGRADER_CSV,
     STUDENT_COLUMNS,
@@ -15,6 +14,8 @@ from grader.tables import (
     export,
     items_of,
 )
+from grader.score import results
+from grader.score.results import ItemResult, NotebookResult
 
 ASSIGNMENT, NOTEBOOK = "week1", "day7_fast_matmul"
 
@@ -115,10 +116,9 @@ def test_nbgrader_export_in_out_is_pointed_away_from_grades_csv(tmp_path):
 
 
 def test_the_console_table_keeps_a_long_student_name_apart_from_its_notebook():
-    from grader import cli
 
     rows = [_full_marks_on_a_cpu(name) for name in ("ann", "last_group_too_tall-c1")]
-    header, *lines = cli.summary_table(rows).splitlines()
+    header, *lines = terminal.summary_table(rows).splitlines()
     [long_row] = [line for line in lines if line.startswith("last_group_too_tall-c1")]
     assert long_row.split()[:3] == ["last_group_too_tall-c1", f"{ASSIGNMENT}/{NOTEBOOK}", "ok"]
     assert header.index("notebook") == long_row.index(ASSIGNMENT + "/") == lines[0].index(ASSIGNMENT + "/")

@@ -1,4 +1,4 @@
-"""The term (grader/term.py): due dates, late policies and extensions, from the file to the gradebook (read back
+"""The term (grader/lms/term.py): due dates, late policies and extensions, from the file to the gradebook (read back
 through nbgrader's own API and its own `nbgrader export`), the CSVs and the pages; and a TA's week (--assignment)."""
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 from nbgrader.api import Gradebook
 
-from grader import cli, demo, term
-from grader.layout import REPO, course_notebooks, find_submissions
-from grader.pipeline import load_results
-from grader.results import MISSING
+from grader import cli
+from grader.authoring import demo
+from grader.intake.layout import REPO, course_notebooks, find_submissions
+from grader.lms import term
+from grader.report import terminal
+from grader.score.results import MISSING
+from grader.score.stored import load_results
 
 DAY1 = "week1/day1_host_baseline"
 COURSE = {nb.assignment for nb in course_notebooks()}
@@ -195,7 +198,7 @@ def test_per_day_penalties_reach_the_gradebook_the_csvs_and_the_pages(graded):
     assert 'id="late-list"' in index and "2 late notebooks" in index
     stored = load_results(out)
     term.apply(stored, term.load(graded / "applied.toml"))
-    [line] = [line for line in cli.summary_table(stored).splitlines()
+    [line] = [line for line in terminal.summary_table(stored).splitlines()
               if line.startswith("late ") and "day1_host_baseline" in line]
     assert line.endswith(f"-{0.2 * raw:g} -> {0.8 * raw:g}")  # the console's table too
     # nbgrader's own export, with --to (the config written in OUT once made nbgrader ignore it)

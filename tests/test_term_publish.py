@@ -15,8 +15,11 @@ from pathlib import Path
 import pytest
 from nbgrader.api import Gradebook
 
-from grader import cli, demo, term
-from grader.results import NotebookResult
+from grader import cli
+from grader.authoring import demo
+from grader.commands import grading as grading_commands
+from grader.lms import term
+from grader.score.results import NotebookResult
 
 DAY1 = "week1/day1_host_baseline"
 NOTEBOOK = "day1_host_baseline"
@@ -259,15 +262,15 @@ def test_a_targeted_regrade_forgets_only_what_it_names_and_keeps_the_seed(tmp_pa
     for student in ("erin", "frank"):
         for notebook in (NOTEBOOK, "day2_gpu_arrays"):
             _stored(out, student, notebook)
-    assert cli._regrade(out, ["frank"], [f"week1/{NOTEBOOK}"], None) == 7
+    assert grading_commands._regrade(out, ["frank"], [f"week1/{NOTEBOOK}"], None) == 7
     assert sorted(str(p.relative_to(out / "results")) for p in (out / "results").rglob("*.json")) == [
         "erin/week1/day1_host_baseline.json", "erin/week1/day2_gpu_arrays.json", "frank/week1/day2_gpu_arrays.json"]
-    assert cli._regrade(out, [], ["week1/day2_gpu_arrays"], 3) == 3  # every student's, with the seed given
+    assert grading_commands._regrade(out, [], ["week1/day2_gpu_arrays"], 3) == 3  # every student's, with the seed given
     assert not list((out / "results").rglob("day2_gpu_arrays.json"))
     with pytest.raises(ValueError, match=r"--student 'Erin': no such student .* \(the closest is 'erin'\)"):
-        cli._regrade(out, ["Erin"], [], None)
+        grading_commands._regrade(out, ["Erin"], [], None)
     with pytest.raises(ValueError, match=r"the closest is 'week1/day1_host_baseline'"):
-        cli._regrade(out, [], ["week1/day1_host_baselin"], None)
+        grading_commands._regrade(out, [], ["week1/day1_host_baselin"], None)
     _stored(out, "gina", NOTEBOOK, seed=8)
     with pytest.raises(ValueError, match="graded with 2 seeds: give one with --seed"):
-        cli._regrade(out, ["gina"], [], None)
+        grading_commands._regrade(out, ["gina"], [], None)

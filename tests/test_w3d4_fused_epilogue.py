@@ -20,8 +20,8 @@ import torch
 from course import check, device, spec
 from course.exercises import w3d4_fused_epilogue as day4
 from course.recorder import plan
-from grader.demo import DEMO_CLASS, parse_answers
-from grader.layout import REPO, SOLUTIONS
+from grader.authoring.demo import DEMO_CLASS, parse_answers
+from grader.intake.layout import REPO, SOLUTIONS
 
 GELU = spec.get("w3d4.linear_gelu")
 NOTEBOOK = SOLUTIONS / "week3" / "day4_fused_epilogue.ipynb"
@@ -199,7 +199,7 @@ def test_the_biggest_configuration_compiles_for_sm90_and_fits_an_h100(tmp_path, 
     request = tmp_path / "build.json"
     request.write_text(json.dumps({"notebook": str(NOTEBOOK), "export": str(exported), "target": launch["target"],
                                    "out": str(tmp_path / "built")}))
-    subprocess.run([sys.executable, "-m", "grader.build_kernels", str(request)], cwd=REPO, check=True,
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(request)], cwd=REPO, check=True,
                    env={**os.environ, "TRITON_INTERPRET": "0"})
     index = json.loads((tmp_path / "built" / "index.json").read_text())
     assert len(index) == 1 and all("error" not in entry for entry in index.values()), json.dumps(index, indent=1)
@@ -214,7 +214,9 @@ def test_the_biggest_configuration_compiles_for_sm90_and_fits_an_h100(tmp_path, 
 def test_the_kernel_replays_on_the_judge_s_own_inputs(tmp_path, solution):
     import triton
 
-    from grader import build_kernels, compile_ttgir, replay, results
+    from grader.kernel_build import build_kernels, compile_ttgir
+    from grader.replay import gpu_replay as replay
+    from grader.score import results
 
     shape = (1000, 1030, 515)
     inputs = GELU.make_inputs(shape, 0, "cuda")

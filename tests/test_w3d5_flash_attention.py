@@ -19,9 +19,9 @@ import torch
 from course import check, device, spec
 from course.exercises import w3d5_flash_attention as day5
 from course.recorder import plan
-from grader import build_kernels
-from grader.demo import DEMO_CLASS, parse_answers
-from grader.layout import REPO, SOLUTIONS
+from grader.authoring.demo import DEMO_CLASS, parse_answers
+from grader.intake.layout import REPO, SOLUTIONS
+from grader.kernel_build import build_kernels
 
 FP16 = spec.get("w3d5.attention_fp16")
 BF16 = spec.get("w3d5.attention_bf16")
@@ -255,7 +255,7 @@ def test_the_biggest_configuration_compiles_for_sm90_and_fits_an_h100(tmp_path, 
     request.write_text(json.dumps({"notebook": str(NOTEBOOK), "export": str(exported),
                                    "target": {"backend": "cuda", "arch": 90, "warp_size": 32},
                                    "out": str(tmp_path / "built")}))
-    subprocess.run([sys.executable, "-m", "grader.build_kernels", str(request)], cwd=REPO, check=True,
+    subprocess.run([sys.executable, "-m", "grader.kernel_build.build_kernels", str(request)], cwd=REPO, check=True,
                    env={**os.environ, "TRITON_INTERPRET": "0"})
     index = json.loads((tmp_path / "built" / "index.json").read_text())
     assert len(index) == 2 and all("error" not in entry for entry in index.values()), json.dumps(index, indent=1)
@@ -272,7 +272,9 @@ def test_the_biggest_configuration_compiles_for_sm90_and_fits_an_h100(tmp_path, 
 def test_the_kernel_replays_on_the_judge_s_own_inputs(tmp_path, solution, shape):
     import triton
 
-    from grader import compile_ttgir, replay, results
+    from grader.kernel_build import compile_ttgir
+    from grader.replay import gpu_replay as replay
+    from grader.score import results
 
     inputs = FP16.make_inputs(shape, 0, "cuda")
     solution.attention(*inputs)  # autotunes outside the recording, as the grader's warm-up call does

@@ -10,10 +10,14 @@ import sys
 import threading
 import time
 
-from grader import judge, results, score, watchdog
-from grader.gpu_gate import GpuGate
-from grader.layout import course_notebooks
-from grader.pipeline import Settings, grader_environment, kernel_calls, notebook_plan
+from grader.flow.settings import Settings
+from grader.flow.task import grader_environment
+from grader.gpu.gpu_gate import GpuGate
+from grader.intake.layout import course_notebooks
+from grader.judge import verdict as judge
+from grader.judge import watchdog
+from grader.run.recording import kernel_calls, notebook_plan
+from grader.score import results, score
 
 NOTEBOOK = next(nb for nb in course_notebooks() if nb.key == "week1/day4_first_triton_kernel")
 ANSWERS = {"programs_needed": 4, "masked_lanes": 24, "saxpy_intensity": 1 / 6,
@@ -144,7 +148,7 @@ def test_answers_are_judged_and_saved_before_any_kernel(tmp_path, monkeypatch):
 
 def test_the_watched_judge_process_gives_the_in_process_verdict(tmp_path):
     job, _ = _job(tmp_path)
-    watched = _run(tmp_path, job, "grader.judge", grader_environment(dict(os.environ)))
+    watched = _run(tmp_path, job, "grader.judge.verdict", grader_environment(dict(os.environ)))
     assert watched.pop("stopped") == []
     in_process = judge.judge({**job, "checkpoints": str(tmp_path / "fresh-parts")})
     assert watched == json.loads(json.dumps(in_process))

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from grader.bundle import TEMPLATES
+from grader.authoring.bundle import TEMPLATES
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOWS = sorted([*(REPO / ".github" / "workflows").glob("*.yml"),
@@ -152,7 +152,7 @@ class Run:
 
 
 def _course(tmp_path: Path) -> Course:
-    from grader.push_service import prepare
+    from grader.push.push_service import prepare
 
     spool = tmp_path / "spool"
     spool.mkdir()

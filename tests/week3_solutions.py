@@ -9,7 +9,7 @@ from types import ModuleType
 
 import nbformat
 
-from grader.layout import SOLUTIONS
+from grader.intake.layout import SOLUTIONS
 
 HEADER = ("import math\nimport torch\nimport triton\nimport triton.language as tl\nimport course\n"
           "DEVICE = course.device.info()\n\n")

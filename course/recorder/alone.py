@@ -1,11 +1,11 @@
-"""The recorder's asks for the GPU alone (the grader's side is ``grader.run_alone``), and the autotuners' candidates.
+"""The recorder's asks for the GPU alone (the grader's side: ``grader.run.run_alone``), and autotuners' candidates.
 
 Where several notebooks' runs share a GPU, the grader gives a run that asks the GPU alone for a moment: the
 other runs are paused, this one goes on. The recorder asks around the only work of a run whose result depends
 on how busy the GPU is: a host exercise whose answer is a time measured on the GPU. An autotuned kernel's choice
 is not made here: the recorder keeps one plan per candidate configuration, and the judge times them with the GPU
-held alone and grades the fastest (``grader.config_choice``). Outside a grading run (no channel in the environment)
-``gpu_alone`` asks nothing.
+held alone and grades the fastest (``grader.judge.config_choice``). Outside a grading run (no channel in the
+environment) ``gpu_alone`` asks nothing.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ address, a shape and strides (in elements) and the block (box) one load or store
 with TMA the copy engine clips every box at the descriptor's shape, so it touches exactly the
 elements ``base + sum(i_d * stride_d)`` with ``0 <= i_d < shape_d``: a descriptor is safe to replay
 when that view lies inside one buffer. The recorder (``course.recorder.plan``) and the judge's replay
-(``grader.replay``) apply the same test, ``view_problem``; the judge trusts none of what the
+(``grader.replay.gpu_replay``) apply the same test, ``view_problem``; the judge trusts none of what the
 recorder says and checks again.
 """
 

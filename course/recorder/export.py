@@ -2,7 +2,7 @@
 
 The grader appends one cell to the notebook it runs; that cell calls ``write(globals(), request)``.
 For each graded function named in the request it records the launch plan of one call per judged
-shape (``course.recorder.plan``), which the judge replays (on a CPU: ``grader.replay_cpu``). The values of the
+shape (``course.recorder.plan``), which the judge replays (on a CPU: ``grader.replay.replay_cpu``). The values of the
 answer variables the grader's test cells read are written as JSON (exact built-in types only:
 a subclass of ``int`` is reported as an unsupported type, never as an ``int``), arrays as ``.npy``.
 Each answer and each graded function is encoded on its own: one that cannot be encoded becomes an

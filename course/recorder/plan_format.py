@@ -2,7 +2,9 @@
 the nominal target of a CPU run's builds, the tagged JSON of constexprs and scalars, the inputs a plan was
 recorded for, and the TTGIR digest.
 
-The builder (``grader.build_kernels``) and the CPU replay (``grader.replay_cpu``) read plans through this module
+The builder (``grader.kernel_build.build_kernels``) and the CPU replay (``grader.replay.replay_cpu``) read plans
+through this
+module
 alone, so neither pays for importing torch (about 3 s of a core, more than the rest of a build).
 """
 
@@ -19,7 +21,7 @@ PLAN_VERSIONS = (1, 2, 3)  # what the judge replays
 COMPILE_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "debug",
                    "launch_cooperative_grid", "launch_pdl")
 
-# Where a CPU run's kernels are compiled for checks on the compiled form (grader.ir_rules): a nominal Hopper GPU.
+# Where a CPU run's kernels are compiled for checks on the compiled form (grader.judge.ir_rules): a nominal Hopper GPU.
 NOMINAL_TARGET = {"backend": "cuda", "arch": 90, "warp_size": 32}
 
 _LOC_LINES = re.compile(r"^#loc.*$", re.MULTILINE)
@@ -77,7 +79,7 @@ def encode_value(value: Any) -> dict[str, Any] | None:
 
 def describe_inputs(inputs: tuple[Any, ...]) -> list[dict[str, Any]]:
     """What a plan was recorded for: each tensor input's storage size, each other input's value (a torch tensor
-    or the CPU replay's ``grader.host_tensor.HostTensor``: anything with a storage)."""
+    or the CPU replay's ``grader.replay.host_tensor.HostTensor``: anything with a storage)."""
     return [{"nbytes": value.untyped_storage().nbytes()} if hasattr(value, "untyped_storage")
             else {"scalar": encode_value(value)} for value in inputs]
 

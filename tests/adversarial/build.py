@@ -1,10 +1,10 @@
 """Build the adversarial corpus: one submission per fixture in ``fixtures/``.
 
-``fixtures/*.py`` attack Week 1 Day 7 (named by their stem); ``fixtures/<week>/<notebook>/*.py``
-attack that notebook (named ``<notebook>-<stem>``), with their expected verdicts in an
-``expected.py`` beside them (``EXPECTED = {stem: Expected(...)}``, item names of that notebook).
+``fixtures/<week>/<notebook>/*.py`` attack that notebook, named ``<notebook>-<stem>`` (Week 1 Day 7's, the
+corpus's first, by their stem alone), with their expected verdicts in an ``expected.py`` beside them
+(``EXPECTED = {stem: Expected(...)}``, item names of that notebook).
 
-A fixture file has the demo-class format (see grader/demo.py): a docstring saying what the attack
+A fixture file has the demo-class format (see grader/authoring/demo.py): a docstring saying what the attack
 does and why the new design defeats it, then sections that each start with a line ``# %% <name>``:
 
 - ``# %% <grade_id>``: the full source of that answer cell (``matmul_kernel`` or ``answers``);
@@ -70,8 +70,7 @@ class Fixture:
 
 def notebook_of(path: Path) -> str:
     """The notebook a fixture file attacks, from where it lies."""
-    relative = path.parent.relative_to(FIXTURES)
-    return NOTEBOOK_KEY if relative == Path(".") else relative.as_posix()
+    return path.parent.relative_to(FIXTURES).as_posix()
 
 
 def fixture_name(path: Path) -> str:
@@ -115,7 +114,7 @@ def parse(path: Path) -> Fixture:
 
 def fixtures(names: list[str] | None = None) -> dict[str, Fixture]:
     """Every fixture (or the named ones), by name, in name order."""
-    paths = [*FIXTURES.glob("*.py"), *FIXTURES.glob("*/*/*.py")]
+    paths = FIXTURES.glob("*/*/*.py")
     found = {fixture_name(p): p for p in sorted(paths) if not p.name.startswith("_") and p.name != "expected.py"}
     if names is not None:
         unknown = sorted(set(names) - set(found))
@@ -164,8 +163,8 @@ def released_notebook(key: str = NOTEBOOK_KEY) -> dict[str, Any]:
         sys.path.insert(0, str(REPO))
     import nbformat
 
-    from grader.layout import course_notebooks
-    from grader.release import student_version
+    from grader.authoring.release import student_version
+    from grader.intake.layout import course_notebooks
 
     notebook = next(nb for nb in course_notebooks() if nb.key == key)
     return json.loads(nbformat.writes(student_version(notebook), version=4))

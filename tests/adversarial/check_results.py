@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from grader.pipeline import load_results  # noqa: E402
+from grader.score.stored import load_results  # noqa: E402
 from tests.adversarial.build import fixtures  # noqa: E402
 from tests.adversarial.expected import EXPECTED  # noqa: E402
 
