@@ -1,8 +1,8 @@
 """A notebook's grading table, declared beside its specs: the one source of its rows and of every cell's points.
 
 Each graded notebook's spec module declares one ``GradingTable``: rows of grade cells with their points (``Cells``)
-and rows of performance items (``Speed``), whose points and steps come from the spec's thresholds. ``make release``
-writes the table into the notebook's "How it is graded" section and every grade cell's ``points:`` from it
+and rows of performance items (``Speed``), whose points and steps come from the spec's thresholds. The course's
+release step writes the table into the notebook's "How it is graded" section and every grade cell's ``points:`` from it
 (``apply``), so neither is edited by hand; a test fails where a solution notebook differs from what it writes.
 """
 

@@ -272,8 +272,8 @@ _REGISTRY: dict[str, ExerciseSpec] = {}
 _HOME: dict[str, str] = {}  # spec id -> the module that registered it
 # Every module of this package defines specs; imported on first lookup so that `import course` stays light.
 SPEC_PACKAGE = "course.exercises"
-# A spec id's prefix names its module: "w1d2.gpu_time_ms" lives in course/exercises/w1d2_*.py, a week's bonus
-# ("w2x.sgemm_v1") in w2_*.py; these few live elsewhere.
+# A spec id's prefix names its module: "w1d2.gpu_time_ms" lives in the exercises module named w1d2_<day>, a
+# week's bonus ("w2x.sgemm_v1") in w2_<name>; these few live elsewhere.
 _HOMES_BY_PREFIX = {"w1d7": "matmul_fp32"}
 
 

@@ -223,7 +223,7 @@ def test_recorded_readings_equal_their_results_files():
     assert reading.occupancy_pct == w1d7["achieved_occupancy_pct"]
     assert reading.stalls == {k: v for k, v in w1d7["all_stalls_cycles_per_issue"].items() if v}
     assert reading.tflops == pytest.approx(w1d7["tflops"])
-    ncu = json.loads((root / recorded_ncu.W2D456).read_text())["ncu_8192"]
+    ncu = json.loads((root / "bench/results/h100" / recorded_ncu.W2D456).read_text())["ncu_8192"]
     plans = ((recorded_ncu.W2D4_PIPELINED, ("Day 4 ref", "Day 4 best", "cuBLAS fp16 (Day 4: torch defaults)")),
              (recorded_ncu.W2D7_TILE_ORDER, ("Day 6 fp16 best", "Day 4 best")))
     for recorded, names in plans:

@@ -1,8 +1,9 @@
 """Nsight Compute readings recorded on the course's H100, shown where a notebook cannot read the counters itself.
 
-Each ``Recorded`` names its GPU, date and the results file it was copied from (in the course's online repository);
-``tests/test_day1_profiling.py`` checks every value here against that file. Reading counters needs a GPU, ncu and
-permission to use the counters, which a CPU, the grader's shared GPU or a machine without admin rights lack.
+Each ``Recorded`` names its GPU, date and the results file it was copied from, a file under
+``bench/results/h100/`` in the course's online repository; ``tests/test_w2d1_profiling.py`` in the course's online
+repository checks every value here against that file. Reading counters needs a GPU, ncu and permission to use the
+counters, which a CPU, the grader's shared GPU or a machine without admin rights lack.
 """
 
 from __future__ import annotations
@@ -25,14 +26,15 @@ class Recorded:
 
 
 H100 = "NVIDIA H100 80GB HBM3"
-W2D456 = "bench/results/h100/2026-11-28-w2d456-limits.json"
+# The results files, under bench/results/h100/ in the course's online repository.
+W2D456 = "2026-11-28-w2d456-limits.json"
 NAN = float("nan")
 
 # Week 1 Day 7's reference launch at 4096^3: the tile, warps and stages of the demo class's fast_correct student.
 W1D7_REFERENCE_LAUNCH = Recorded(
     "the Week 1 Day 7 reference launch (64 x 64 x 32 tiles, 4 warps, 3 stages, fp32) at 4096^3; DRAM bytes were not "
     "read in this recording",
-    H100, "2026-11-28", "bench/results/h100/2026-11-28-w1d7-fp32-dot-limit.json, ncu_4096.ref",
+    H100, "2026-11-28", "2026-11-28-w1d7-fp32-dot-limit.json, ncu_4096.ref",
     (Reading("W1D7 64x64x32 w4 s3", 2.0 * 4096**3, 3.2614080000000003e-3, NAN, NAN, 96.0, 30.11,
              {"not_selected": 2.71, "dispatch_stall": 0.92, "short_scoreboard": 0.88, "barrier": 0.34,
               "wait": 0.17, "math_pipe_throttle": 0.08, "long_scoreboard": 0.02, "no_instruction": 0.02}),),

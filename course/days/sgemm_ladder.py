@@ -237,7 +237,8 @@ def plot_progression(rates: Mapping[str, float | None], cublas: float | None, ti
 # The CUDA driver's function attributes (CUfunction_attribute): local memory a thread, registers a thread.
 _LOCAL_SIZE_BYTES, _NUM_REGS = 3, 4
 # Registers and spilled (local) bytes a thread of the course's own v5, v6a and v6b as NVRTC 13.0 built them for an
-# H200 (sm_90) on 2026-11-28, read from the driver: bench/results/h200/2026-11-28-sgemm-ladder-tiles-d6f60bb.json.
+# H200 (sm_90) on 2026-11-28, read from the driver: bench/results/h200/2026-11-28-sgemm-ladder-tiles-d6f60bb.json in
+# the course's online repository.
 RECORDED_RESOURCES = {"gpu": "NVIDIA H200 (sm_90, NVRTC 13.0)", "date": "2026-11-28",
                       "kernels": {"v5": (128, 8), "v6a": (128, 8), "v6b": (126, 0)}}
 

@@ -11,14 +11,15 @@ a ReLU in all but a few elements, so a wrong activation could pass. The referenc
 costs a relative error near 2e-4; the library path (an fp16 product rounded, the bias added in fp16, GELU in
 fp16) rounds three times and lands near 4e-4 (a CPU emulation in the notebook). The fp16 tolerance of 1e-2 leaves
 a wide margin for either and for any summation order, and a bias added along the wrong axis, a missing bias or a
-ReLU in place of GELU errs by far more (tests/test_w3d4_fused_epilogue.py).
+ReLU in place of GELU errs by far more (tests/test_w3d4_fused_epilogue.py in the course's online repository).
 
 The library is what a model does without fusion: cuBLAS's GEMM (fp32 accumulation, reduced-precision reductions
 off) writes an fp16 C, then one kernel adds the bias and another applies GELU, each reading and writing all of C.
 torch.compile, which fuses the bias and GELU into one generated kernel after cuBLAS's GEMM, is timed beside them in
-the notebook and in bench/week3_gemm_attention_references.py, but it is not the graded library: the judge times
-one library function per exercise, and torch.compile would run Inductor's code generation, its Triton compiles and
-its cache inside the judge, code of another kind than the fixed library calls the judge times today.
+the notebook and in bench/week3_gemm_attention_references.py in the course's online repository, but it is not the
+graded library: the judge times one library function per exercise, and torch.compile would run Inductor's code
+generation, its Triton compiles and its cache inside the judge, code of another kind than the fixed library calls
+the judge times today.
 
 A timed call's output is checked on a secret sample of rows (``sampled_rows_error``): the bias and the activation
 make a Freivalds check impossible, and 64 exact rows cost 64 K N multiply-adds.

@@ -11,7 +11,7 @@ dtype before the P V product, as every tensor-core kernel does, lands near 2.8e-
 in the notebook, N = 64 and 1024, d = 64). The course's 16-bit tolerance, 1e-2, keeps a margin of 4 or more for
 bf16. A kernel that forgets to rescale its running sums when the maximum grows, that lets keys past N (or, causal,
 after the query) into the softmax, or that divides by the wrong sum fails by far more
-(tests/test_w3d5_flash_attention.py).
+(tests/test_w3d5_flash_attention.py in the course's online repository).
 
 Hidden shapes catch a sequence length that is no multiple of any block (primes, one off a power of two, N = 1 and
 2), both head dims, causal and not. The speed is stated in TFLOP/s as FlashAttention's own benchmarks count it:
