@@ -69,7 +69,19 @@ def test_the_recorder_keeps_one_plan_per_candidate_and_the_judge_picks_the_faste
     assert note["picked"].startswith("BLOCK: 64") and note["run_picked"].startswith("BLOCK: 32")
     assert note["times_ms"] == [2.0, 1.0, 3.0]
     # and every candidate's kernel is built for the judge, not only the run's pick
-    assert len(list(build_kernels.recorded_launches(call))) == 4
+    assert len(list(build_kernels.recorded_launches({"kernels": {"w": {"calls": {"bench-0": call}}}}))) == 4
+
+
+def test_the_builder_takes_every_call_s_own_plan_before_any_alternative():
+    def plan(name):
+        return {"launches": [{"kernel": name}]}
+
+    calls = {key: {"plan": plan(f"{key} run"), "alternatives": [{"plan": plan(f"{key} alt{i}")} for i in range(3)]}
+             for key in ("bench-0", "bench-1")}
+    calls["visible-0"] = {"plan": plan("visible-0 run")}
+    exported = {"kernels": {"w": {"calls": calls}, "broken": {"error": "no plan", "calls": {}}}}
+    order = [launch["kernel"] for launch in build_kernels.recorded_launches(exported)]
+    assert order[:3] == ["bench-0 run", "bench-1 run", "visible-0 run"] and len(order) == 9
 
 
 def test_a_candidate_that_fails_the_checks_or_returns_a_wrong_result_is_never_picked():

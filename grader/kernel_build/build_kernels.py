@@ -350,12 +350,17 @@ def specialisation(launch: dict[str, Any], kernel: Any) -> tuple[dict[str, str],
     return dict(signature), constexprs, attrs, dict(options)
 
 
-def recorded_launches(call: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The launches of a recorded call's plan and of its autotuned alternatives (``course.recorder.export``), which
-    the judge may time and pick from (``grader.judge.config_choice``)."""
-    alternatives = call.get("alternatives")
-    plans = [call.get("plan"), *(a.get("plan") for a in alternatives[:ALTERNATIVES] if isinstance(a, dict))] \
-        if isinstance(alternatives, list) else [call.get("plan")]
+def recorded_launches(exported: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every recorded launch of the export: first those of each call's plan, then those of the calls' autotuned
+    alternatives (``course.recorder.export``), which the judge may time and pick from (``grader.judge.config_choice``),
+    so that a notebook's many alternatives never crowd its own plans out of the builder's ``MAX_KERNELS``."""
+    calls = [call for entry in exported.get("kernels", {}).values() if isinstance(entry, dict)
+             for call in (entry.get("calls") or {}).values() if isinstance(call, dict)]
+    plans = [call.get("plan") for call in calls]
+    for call in calls:
+        alternatives = call.get("alternatives")
+        if isinstance(alternatives, list):
+            plans += [a.get("plan") for a in alternatives[:ALTERNATIVES] if isinstance(a, dict)]
     for recorded in plans:
         yield from (recorded or {}).get("launches", []) if isinstance(recorded, dict) else []
 
@@ -378,38 +383,36 @@ def build(request: dict[str, Any]) -> dict[str, Any]:
     target = GPUTarget(**request["target"])
     exported = json.loads(Path(request["export"]).read_text(encoding="utf-8"))
     index: dict[str, Any] = {}
-    for entry in exported.get("kernels", {}).values():
-        for call in entry.get("calls", {}).values():
-            for launch in recorded_launches(call):
-                if "cuda" in launch:
-                    key = build_cuda.launch_key(launch)
-                    if key not in index and len(index) < MAX_KERNELS:
-                        index[key] = build_cuda.build_launch(launch, constants, int(target.arch), out)
-                    continue
-                key = launch_key(launch)
-                if key in index or len(index) >= MAX_KERNELS:
-                    continue
-                name = launch.get("kernel")
-                if name in refused:
-                    index[key] = {"error": f"kernel {name} cannot be built: {refused[name]}"}
-                    continue
-                if name not in kernels:
-                    index[key] = {"error": not_a_kernel(str(name))}
-                    continue
-                try:
-                    signature, constexprs, attrs, options = specialisation(launch, kernels[name])
-                except (ValueError, TypeError) as error:
-                    index[key] = {"error": f"kernel {name}: {error}"}
-                    continue
-                try:
-                    source = ASTSource(kernels[name], signature, constexprs, attrs)
-                    ttgir = compile_triton(source, target, options, until="ttgir")
-                except Exception as error:  # a kernel that does not compile is the student's to fix
-                    index[key] = {"error": f"kernel {name} did not compile: {type(error).__name__}: {error}"[:600]}
-                    continue
-                file = out / f"{key}.ttgir"
-                file.write_text(ttgir, encoding="utf-8")
-                index[key] = {"kernel": name, "file": file.name, "digest": ttgir_digest(ttgir)}
+    for launch in recorded_launches(exported):
+        if "cuda" in launch:
+            key = build_cuda.launch_key(launch)
+            if key not in index and len(index) < MAX_KERNELS:
+                index[key] = build_cuda.build_launch(launch, constants, int(target.arch), out)
+            continue
+        key = launch_key(launch)
+        if key in index or len(index) >= MAX_KERNELS:
+            continue
+        name = launch.get("kernel")
+        if name in refused:
+            index[key] = {"error": f"kernel {name} cannot be built: {refused[name]}"}
+            continue
+        if name not in kernels:
+            index[key] = {"error": not_a_kernel(str(name))}
+            continue
+        try:
+            signature, constexprs, attrs, options = specialisation(launch, kernels[name])
+        except (ValueError, TypeError) as error:
+            index[key] = {"error": f"kernel {name}: {error}"}
+            continue
+        try:
+            source = ASTSource(kernels[name], signature, constexprs, attrs)
+            ttgir = compile_triton(source, target, options, until="ttgir")
+        except Exception as error:  # a kernel that does not compile is the student's to fix
+            index[key] = {"error": f"kernel {name} did not compile: {type(error).__name__}: {error}"[:600]}
+            continue
+        file = out / f"{key}.ttgir"
+        file.write_text(ttgir, encoding="utf-8")
+        index[key] = {"kernel": name, "file": file.name, "digest": ttgir_digest(ttgir)}
     (out / "index.json").write_text(json.dumps(index, indent=1), encoding="utf-8")
     return index
 
