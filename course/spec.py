@@ -228,10 +228,11 @@ class ExerciseSpec:
     # notebook). The judge refuses a launch of a kernel defined elsewhere, e.g. an earlier exercise's
     # kernel launched again under this exercise's name (the grader's judge checks it).
     kernel_cells: tuple[str, ...] = ()
-    # The graded answer is a time the student's code measures on the GPU during the notebook's run (a host
-    # exercise): the recorder makes those calls with the GPU held alone (course.recorder.alone), because work
-    # of other notebooks' runs sharing the GPU would lengthen what it measures.
-    measures_the_gpu_in_run: bool = False
+    # The graded answer is a time the student's code measures during the notebook's run (a host exercise):
+    # the recorder makes those calls with the GPU held alone (course.recorder.alone). Work of other runs sharing
+    # the GPU would lengthen a GPU time, and a judge's hold elsewhere freezes this run mid-measurement (SIGSTOP),
+    # which lengthens a host time as much.
+    timed_in_run: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

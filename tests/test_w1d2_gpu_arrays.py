@@ -260,4 +260,6 @@ def test_the_recorder_times_the_students_calls_with_the_gpu_alone_and_only_those
     assert "value" in exported["kernels"][MATMUL.id]["calls"]["visible-0"]
     assert channel.holds == 2 and channel.refused == 0
     assert len(queued_while_held) >= 2 and all(queued_while_held)
-    assert [s.id for s in course.spec.all_specs() if s.measures_the_gpu_in_run] == [SPEC.id]
+    # Week 1 Day 1's host timer too: a judge's hold elsewhere froze its run mid-measurement on an H100 (a right
+    # timer read 3.0x of the steady time), so its calls are made in a hold as well.
+    assert sorted(s.id for s in course.spec.all_specs() if s.timed_in_run) == ["w1d1.median_time_ms", SPEC.id]

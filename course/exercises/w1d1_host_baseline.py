@@ -210,6 +210,9 @@ TIMER = register(
         correctness_cells={"test_timer_visible": "visible", "test_timer_hidden": "hidden"},
         draw_hidden=draw_timer_hidden,
         accept=accept_time,
+        # In the pipeline a judge's hold freezes this run (SIGSTOP); frozen inside a timed call, a right timer read
+        # 3.0x of the steady time on an H100 (2026-12-07). A hold of its own keeps the freezes out of its calls.
+        timed_in_run=True,
     )
 )
 

@@ -104,7 +104,7 @@ SPEC = register(
         notebook="week1/day2_gpu_arrays",
         # The student's timer runs in the notebook: beside other runs sharing the GPU, a correct timer measured
         # the workload longer than the judge's truth (a correct notebook lost the hidden set on two H100s).
-        measures_the_gpu_in_run=True,
+        timed_in_run=True,
         correctness_cells={"test_gpu_time_visible": "visible", "test_gpu_time_hidden": "hidden"},
         draw_hidden=draw_hidden,
         accept=accept,

@@ -98,7 +98,7 @@ def _record_kernel(namespace: dict[str, Any], job: dict[str, Any], device: str, 
         shape, started = tuple(call["shape"]), time.perf_counter()
         if exercise.kind == "host":
             # The inputs are made inside the hold: the grader's drain before it would finish the work they queue.
-            with alone.gpu_alone() if exercise.measures_the_gpu_in_run else contextlib.nullcontext():
+            with alone.gpu_alone() if exercise.timed_in_run else contextlib.nullcontext():
                 inputs = exercise.make_inputs(shape, int(call["seed"]), device)
                 calls[call["key"]] = _call_host(fn, inputs, arrays, f"{exercise.id}-{call['key']}")
             calls[call["key"]]["seconds"] = time.perf_counter() - started
