@@ -216,9 +216,14 @@ def test_recorded_readings_equal_their_results_files():
     from course.days import recorded_ncu
 
     root = Path(__file__).resolve().parent.parent
-    w1d7 = json.loads((root / "bench/results/h100/2026-11-28-w1d7-fp32-dot-limit.json").read_text())["ncu_4096"]["ref"]
+    own = json.loads((root / "bench/results/h100" / recorded_ncu.OWN_KERNELS).read_text())
+    w1d7 = own["kernels"]["w1d7_student"]
     (reading,) = recorded_ncu.W1D7_REFERENCE_LAUNCH.readings
+    assert own["gpu"] == recorded_ncu.H100 and own["date"].startswith(recorded_ncu.W1D7_REFERENCE_LAUNCH.date)
     assert reading.time_s == pytest.approx(w1d7["time_ms"] * 1e-3)
+    assert reading.dram_read_bytes == pytest.approx(w1d7["dram_read_gb"] * 1e9)
+    assert reading.dram_write_bytes == pytest.approx(w1d7["dram_write_gb"] * 1e9)
+    assert reading.flop_per_dram_byte == pytest.approx(w1d7["flop_per_dram_byte"])
     assert reading.registers == w1d7["registers_per_thread"]
     assert reading.occupancy_pct == w1d7["achieved_occupancy_pct"]
     assert reading.stalls == {k: v for k, v in w1d7["all_stalls_cycles_per_issue"].items() if v}

@@ -30,14 +30,15 @@ H100 = "NVIDIA H100 80GB HBM3"
 W2D456 = "2026-11-28-w2d456-limits.json"
 NAN = float("nan")
 
-# Week 1 Day 7's reference launch at 4096^3: the tile, warps and stages of the demo class's fast_correct student.
+# Week 1 Day 7's reference launch at 4096^3: the demo class's fast_correct student, whose kernel has the reference's
+# tile, warps and stages, read by bench/ncu_own_kernels.py (the same program section 7 of Week 2 Day 1 profiles).
+OWN_KERNELS = "2026-12-07-w2-ncu-own-kernels-7660d9f.json"
 W1D7_REFERENCE_LAUNCH = Recorded(
-    "the Week 1 Day 7 reference launch (64 x 64 x 32 tiles, 4 warps, 3 stages, fp32) at 4096^3; DRAM bytes were not "
-    "read in this recording",
-    H100, "2026-11-28", "2026-11-28-w1d7-fp32-dot-limit.json, ncu_4096.ref",
-    (Reading("W1D7 64x64x32 w4 s3", 2.0 * 4096**3, 3.2614080000000003e-3, NAN, NAN, 96.0, 30.11,
-             {"not_selected": 2.71, "dispatch_stall": 0.92, "short_scoreboard": 0.88, "barrier": 0.34,
-              "wait": 0.17, "math_pipe_throttle": 0.08, "long_scoreboard": 0.02, "no_instruction": 0.02}),),
+    "the Week 1 Day 7 reference launch (64 x 64 tiles, 4 warps, fp32) at 4096^3",
+    H100, "2026-12-07", f"{OWN_KERNELS}, kernels.w1d7_student",
+    (Reading("W1D7 reference", 2.0 * 4096**3, 3.1925760000000003e-3, 2045013248.0, 69795840.0, 96.0, 30.04,
+             {"not_selected": 2.89, "dispatch_stall": 0.94, "short_scoreboard": 0.59, "barrier": 0.4, "wait": 0.11,
+              "math_pipe_throttle": 0.06, "long_scoreboard": 0.02, "no_instruction": 0.02}),),
 )
 
 _FP16_8192 = 2.0 * 8192**3
