@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole demo class graded on a GPU, in parts that each fit one device call (10 minutes), each part's OUT packed
-# into one file DEST/PART.tgz (grades.csv, results/, schedule.json, the log) for bench/side_by_side.py,
+# into one file DEST/PART.tgz (grades.csv, results/, schedule.json, the reference verdicts, the log) for bench/side_by_side.py,
 # bench/references.py --from and bench/grading_throughput.py --project --from, run anywhere afterwards:
 #   solutions  fast_correct and unchanged_stub, Weeks 1 and 2, and fast_correct_twin: a second copy of
 #              fast_correct's Week 2 Day 7 (it autotunes), whose ratios must match the first's in the same busy class;
@@ -33,4 +33,5 @@ OUT=$work STUDENTS=$students NOTEBOOKS=$notebooks JOBS=${JOBS:-4} CLASS_HOOK=$ho
 if [[ $part == solutions ]]; then
     python3 -m bench references --from "$work/grades" --json "$dest/solutions-bench.json" > "$work/bench.txt"
 fi
-tar -czf "$dest/$part.tgz" -C "$work" summary.txt grade.log grades/grades.csv grades/schedule.json grades/results
+tar -czf "$dest/$part.tgz" -C "$work" summary.txt grade.log grades/grades.csv grades/schedule.json grades/results \
+    $(cd "$work" && ls grades/reference/*/*/verdict.json)
