@@ -48,8 +48,8 @@ def test_spot_error():
 def test_shapes():
     for m, n, _ in SPEC.bench_shapes.gpu:
         assert 4 * m * n >= 4 * 50 * 2**20
-    assert any(n > 16384 and n % 2 for _, n, _ in SPEC.bench_shapes.gpu)  # the online path, an odd row
-    assert any(n > 16384 for _, n, _ in SPEC.hidden_shapes.gpu) and any(n > 1024 for _, n, _ in SPEC.hidden_shapes.cpu)
+    assert any(n > 32768 and n % 2 for _, n, _ in SPEC.bench_shapes.gpu)  # the online path, an odd row
+    assert any(n > 32768 for _, n, _ in SPEC.hidden_shapes.gpu) and any(n > 1024 for _, n, _ in SPEC.hidden_shapes.cpu)
     for seed in range(20):
         for has_gpu in (False, True):
             short, long = day2.draw_hidden(random.Random(seed), has_gpu)
