@@ -236,3 +236,48 @@ def test_draw_timer_hidden_keeps_the_warm_up_longer_than_half():
     for _ in range(50):
         ((steady_us, warmup, repeats),) = day1.draw_timer_hidden(rng, False)
         assert repeats % 2 == 1 and 2 * warmup > repeats and 12000 <= steady_us <= 20000
+
+
+def test_each_timer_call_is_recorded_inside_a_hold_of_the_gpu(tmp_path, monkeypatch):
+    # A judge's hold freezes every other run on its GPU (SIGSTOP): frozen inside a timed call, a right timer read
+    # 3.0x on an H100. Each graded timer call is made with the run's own hold, so no judge can freeze it there;
+    # the matmul, which times nothing, asks for none.
+    import json
+
+    from course.recorder import alone
+    from grader.gpu.gpu_gate import GpuGate
+    from grader.run.run_alone import AloneChannel
+
+    held_during_calls = []
+    gate = GpuGate(idle=lambda gpu: True)
+
+    def right_timer(fn, warmup, repeats):
+        held_during_calls.append(gate.busy("0"))
+        return _estimates_of(fn, warmup, repeats)
+
+    request = tmp_path / "request.json"
+    shapes = [(12000, 4, 7), (14000, 5, 9)]
+    request.write_text(json.dumps({"out": str(tmp_path / "export"), "device": "cpu", "kernels": [
+        {"spec": day1.TIMER.id, "calls": [{"key": f"visible-{i}", "shape": list(s), "seed": i}
+                                          for i, s in enumerate(shapes)]},
+        {"spec": day1.MATMUL.id, "calls": [{"key": "visible-0", "shape": [2, 3, 4], "seed": 0}]}]}))
+    with gate.shared("0") as run, AloneChannel(tmp_path / "gpu-alone", run) as channel:
+        monkeypatch.setenv(alone.ENV, channel.folder.as_posix())
+        export.write({"median_time_ms": right_timer, "matmul_naive": lambda a, b: a @ b}, str(request))
+    exported = json.loads((tmp_path / "export" / "export.json").read_text())
+    assert set(exported["kernels"][day1.TIMER.id]["calls"]) == {"visible-0", "visible-1"}
+    assert channel.holds == 2 and channel.refused == 0
+    assert held_during_calls == [True, True]
+
+
+def _estimates_of(fn, warmup: int, repeats: int) -> float:
+    import time
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
