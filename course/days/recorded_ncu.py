@@ -31,7 +31,8 @@ W2D456 = "2026-11-28-w2d456-limits.json"
 NAN = float("nan")
 
 # Week 1 Day 7's reference launch at 4096^3: the demo class's fast_correct student, whose kernel has the reference's
-# tile, warps and stages, read by bench/ncu_own_kernels.py (the same program section 7 of Week 2 Day 1 profiles).
+# tile, warps and stages, read by bench/ncu_own_kernels.py in the course's online repository (the same program
+# section 7 of Week 2 Day 1 profiles).
 OWN_KERNELS = "2026-12-07-w2-ncu-own-kernels-7660d9f.json"
 W1D7_REFERENCE_LAUNCH = Recorded(
     "the Week 1 Day 7 reference launch (64 x 64 tiles, 4 warps, fp32) at 4096^3",
