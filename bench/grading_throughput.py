@@ -31,6 +31,7 @@ import os
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -43,19 +44,30 @@ import psutil
 
 from bench import throughput as tp
 from grader.authoring import demo
+from grader.flow.schedule import JUDGES_PER_GPU
+from grader.flow.settings import RUNS_PER_GPU
 from grader.intake.layout import course_notebooks
+from grader.slurm import SlurmOptions
 
 REPO = Path(__file__).resolve().parent.parent
 
 MODES = ("serial", "pipeline")
-MODEL = ("from each notebook's mean stage times: E = gpu_exclusive + gpu_alone s (serial per GPU); R = the run's "
-         "running s + its frozen s (at most {runs:g} runs per GPU); B = build + compile + replay s (at most "
-         "{builds:g} per GPU); C = run (frozen left out) + build + compile + replay + judge - gpu_wait s, {cores:g} "
-         "core(s) per stage, over the GPU's share of the host's cores. Wall on G GPUs = ramp + the largest of "
-         "sum(E)/G, sum(C) x {cores:g} / (cores per GPU x G), sum(R)/({runs:g} G), sum(B)/({builds:g} G); the ramp "
-         "({ramp:.0f} s) is the longest measured time to a GPU's first hold (the reference solutions' runs and a "
-         "first run and build). Runs share their GPU, paused while a judge holds it; their shared GPU use is not "
-         "measured and assumed not the bottleneck. Not modelled: Slurm queueing and gathering.")
+MODEL = ("a discrete-event simulation of the grader's pipeline (bench/throughput.py simulate), driven by each "
+         "notebook's measured stage times: its run ('notebook' s running, frozen left out) in one of the runs slots, "
+         "frozen while its GPU is held alone, its last gpu_alone s holding the GPU itself; then its build (build + "
+         "compile + replay s) in one of the builds slots; then, once its reference is judged, its judge in one of "
+         "{judges} slot(s) per GPU: a start-up (the timeline's judge span before the judge's own timing, less the "
+         "other judges' holds it waited through: a lower bound, {start:.1f} s mean), its GPU work before its hold "
+         "(judge - gpu_exclusive - gpu_wait s, and the hand-over from the hold before; frozen while another holds), "
+         "then its hold (gpu_exclusive s), one holder per GPU at a time. The references are graded first, as the "
+         "grader does (a measured batch's own, from its timeline; the class's at their notebooks' mean costs). "
+         "Limits as the grader resolves them: runs min({runs_per_gpu:g} x GPUs, cores // 2), builds cores // 4, "
+         "unless --runs-per-gpu/--builds-per-gpu are given. CPU cores are not simulated (the stage times carry the "
+         "contention they were measured under): the wall is the larger of the simulation and the CPU bound "
+         "sum(C)/cores, C = run + build + compile + replay + judge - gpu_wait s at {cores:g} core(s) per stage. "
+         "Slurm: one-GPU tasks of whole students, {per_task} notebooks at most each (grader.slurm), each grading its "
+         "references, in waves over the cluster's GPUs; its queueing, start-up and gathering are not modelled. The "
+         "lower bounds beside (GPU sum(E)/G, CPU, runs sum(R)/runs, builds sum(B)/builds) are for reference.")
 
 
 def build_batch(work: Path, notebooks: list[str], students: list[str] | None, copies: int) -> Path:
@@ -214,17 +226,31 @@ def alone_block(modes: dict[str, dict[str, Any]], notebooks: list[str]) -> tuple
 
 
 def model_check(name: str, data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    """The model applied to one measured pipeline batch, beside its measured wall time."""
-    limits = (data["schedule"] or {}).get("limits") or {}
-    count = len(schedule_gpus(data["schedule"]) or [0])
-    machine = tp.Machine(name, count, args.host_cpus / count, limits.get("runs", args.runs_per_gpu * count) / count,
-                         limits.get("builds", args.builds_per_gpu * count) / count)
-    model = tp.batch_model(data["records"], machine, args.cores_per_stage, tp.ramp_seconds(data["schedule"]))
-    return {"batch": name, "gpus": count, "notebooks": len(data["records"]), "model_seconds": model.wall_seconds,
-            "ramp_seconds": model.ramp, "bound": model.bound, "bounds_seconds": model.bounds,
-            "measured_seconds": data["wall_seconds"],
-            "error": model.wall_seconds / data["wall_seconds"] - 1 if data["wall_seconds"] else None,
-            "machine": asdict(machine)}
+    """The model applied to one measured pipeline batch (its references, its results, its own limits), beside its
+    measured wall time."""
+    schedule = data["schedule"] or {}
+    limits = schedule.get("limits") or {}
+    count = max(1, len(schedule_gpus(schedule) or [0]))
+    runs = int(limits.get("runs") or tp.grader_limits(count, args.host_cpus, RUNS_PER_GPU, 1)[0])
+    builds = int(limits.get("builds") or tp.grader_limits(count, args.host_cpus, RUNS_PER_GPU, 1)[1])
+    judges = int(limits.get("judges_per_gpu") or args.judges_per_gpu)
+    jobs, measured = tp.batch_jobs(data["records"], schedule)
+    sim = tp.simulate(jobs, count, runs, builds, judges)
+    machine = tp.Machine(name, count, args.host_cpus / count, runs / count, builds / count)
+    bounds = tp.batch_model(data["records"], machine, args.cores_per_stage).bounds
+    wall = max(sim.wall, bounds["CPU"])
+    held = sum(h["end"] - h["start"] for h in (schedule.get("timeline") or {}).get("holds") or [])
+    runs_ended = [s["end"] for s in (schedule.get("timeline") or {}).get("stages") or [] if s["stage"] == "run"]
+    return {"batch": name, "gpus": count, "notebooks": len(data["records"]), "references": measured["references"],
+            "limits": {"runs": runs, "builds": builds, "judges_per_gpu": judges},
+            "model_seconds": wall, "simulated_seconds": sim.wall, "bound": "simulated" if wall == sim.wall else "CPU",
+            "bounds_seconds": bounds, "measured_seconds": data["wall_seconds"],
+            "error": wall / data["wall_seconds"] - 1 if data["wall_seconds"] else None,
+            "held_seconds": {"simulated": sum(sim.held), "measured": held if held else None},
+            "drain_seconds": {"simulated": sim.drain,
+                              "measured": data["wall_seconds"] - max(runs_ended) if runs_ended else None},
+            "judge_start_mean": measured["judge_start_mean"], "judge_waited_mean": measured["judge_waited_mean"],
+            "judge_splits": measured["judge_splits"], "machine": asdict(machine)}
 
 
 def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCost]],
@@ -233,15 +259,28 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
         [nb.key for nb in course_notebooks() if not nb.name.startswith("bonus")]
     costs = tp.class_costs(class_notebooks, *measured)
     node_share = args.node_cpus / args.node_gpus
-    limits = {"runs_per_gpu": args.runs_per_gpu, "builds_per_gpu": args.builds_per_gpu}
-    machines = [tp.Machine(f"1 GPU, {args.host_cpus:g} cores", 1, args.host_cpus, **limits),
-                tp.Machine(f"1 node, {args.node_gpus} GPUs, {args.node_cpus:g} cores", args.node_gpus, node_share,
-                           **limits),
-                tp.Machine(f"Slurm, {args.cluster_nodes} such nodes", args.cluster_nodes * args.node_gpus, node_share,
-                           **limits)]
-    ramp = max((tp.ramp_seconds(b["schedule"]) for b in batches.values()), default=0.0)
-    results = [tp.project(costs, args.class_students, m, args.cores_per_stage, ramp) for m in machines]
-    model = MODEL.format(cores=args.cores_per_stage, runs=args.runs_per_gpu, builds=args.builds_per_gpu, ramp=ramp)
+
+    def limits(gpus: int, cores: float) -> tuple[int, int, int]:
+        return tp.grader_limits(gpus, cores, RUNS_PER_GPU, args.judges_per_gpu,
+                                round(args.runs_per_gpu * gpus) if args.runs_per_gpu else None,
+                                round(args.builds_per_gpu * gpus) if args.builds_per_gpu else None)
+
+    per_task = SlurmOptions.notebooks_per_task
+    slots = args.cluster_nodes * args.node_gpus
+    one, node, task = limits(1, args.host_cpus), limits(args.node_gpus, args.node_cpus), limits(1, node_share)
+    simulated = [tp.simulate_class(f"1 GPU, {args.host_cpus:g} cores", costs, args.class_students, 1, *one),
+                 tp.simulate_class(f"1 node, {args.node_gpus} GPUs, {args.node_cpus:g} cores", costs,
+                                   args.class_students, args.node_gpus, *node),
+                 tp.simulate_slurm(f"Slurm, {args.cluster_nodes} such nodes", costs, args.class_students, slots,
+                                   per_task, *task)]
+    machines = [tp.Machine(simulated[0].name, 1, args.host_cpus, one[0], one[1]),
+                tp.Machine(simulated[1].name, args.node_gpus, node_share, node[0] / args.node_gpus,
+                           node[1] / args.node_gpus),
+                tp.Machine(simulated[2].name, slots, node_share, task[0], task[1])]
+    bounds = [tp.project(costs, args.class_students, m, args.cores_per_stage) for m in machines]
+    starts = [c.judge_start for c in costs.values() if c.judge_start is not None]
+    model = MODEL.format(cores=args.cores_per_stage, runs_per_gpu=RUNS_PER_GPU, judges=args.judges_per_gpu,
+                         per_task=per_task, start=statistics.fmean(starts) if starts else 0.0)
     lines = [f"projection: {args.class_students} students x {len(costs)} notebooks = "
              f"{args.class_students * len(costs)} notebooks",
              "  model: " + model]
@@ -258,34 +297,55 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
             shown = (f"E {group[0].exclusive:.1f} R {group[0].run:.1f} B {group[0].build:.1f} C {group[0].cpu:.1f} "
                      "for " + ", ".join(c.notebook for c in group))
         lines.append(f"  {source} (E from {stage}; s per notebook, results): {shown}")
-    lines.append(f"  {'hours on':<28}{'wall':>7}{'bound':>8}" + "".join(f"{k:>8}" for k in results[0].bounds)
-                 + f"{'per GPU/h':>11}")
-    for result in results:
-        lines.append(f"  {result.machine.name:<28}{result.wall_seconds / 3600:>7.2f}{result.bound:>8}"
-                     + "".join(f"{v / 3600:>8.2f}" for v in result.bounds.values()) + f"{result.per_gpu_hour:>11.0f}")
-    node = results[1]
+    rows = []
+    for sim, bound in zip(simulated, bounds, strict=True):
+        wall = max(sim.wall, bound.bounds["CPU"])
+        rows.append({**asdict(bound.machine), "wall_seconds": wall, "simulated_seconds": sim.wall,
+                     "bound": "simulated" if wall == sim.wall else "CPU",
+                     "limits": {"runs": sim.runs, "builds": sim.builds, "judges_per_gpu": sim.judges_per_gpu},
+                     "held_share": sim.held_share, "drain_seconds": sim.drain, "tasks": sim.tasks,
+                     "waves": sim.waves, "students_per_task": sim.per_task, "bounds_seconds": bound.bounds,
+                     "notebooks_per_gpu_hour": tp.per_hour(args.class_students * len(costs), wall)
+                     / bound.machine.gpus})
+    lines.append(f"  {'hours on':<30}{'wall':>6}{'from':>10}{'runs/builds/judges':>21}{'held':>6}"
+                 + "".join(f"{k:>8}" for k in bounds[0].bounds) + f"{'per GPU/h':>11}")
+    for row in rows:
+        per = " a task" if row["tasks"] > 1 else ""
+        lines.append(f"  {row['name']:<30}{row['wall_seconds'] / 3600:>6.2f}{row['bound']:>10}"
+                     f"{'{runs}/{builds}/{judges_per_gpu}'.format(**row['limits']) + per:>21}"
+                     f"{row['held_share']:>6.0%}" + "".join(f"{v / 3600:>8.2f}" for v in row["bounds_seconds"].values())
+                     + f"{row['notebooks_per_gpu_hour']:>11.0f}")
+    slurm = rows[2]
+    lines.append(f"  Slurm: {slurm['tasks']} one-GPU tasks of {slurm['students_per_task']} students (and their "
+                 f"{len(costs)} references each) on {slots} GPUs: {slurm['waves']} waves; the bounds columns are "
+                 "lower bounds without references")
     devices = sorted({c.device for c in costs.values() if c.samples})
     if args.class_students == 300 and len(costs) == 14 and args.node_gpus == 8:
         met = "not measured (graded on a CPU)" if any(d.startswith("CPU") for d in devices) \
-            else "met" if node.wall_seconds <= 7200 else "NOT MET"
+            else "met" if rows[1]["wall_seconds"] <= 7200 else "NOT MET"
         lines.append(f"  target (issue 16): the 300 x 14 class under 2 h on one 8-GPU node: {met} "
-                     f"(projected {node.wall_seconds / 3600:.2f} h)")
+                     f"(projected {rows[1]['wall_seconds'] / 3600:.2f} h)")
     checks = [model_check(name, data, args) for name, data in batches.items() if data["records"]]
     for check in checks:
-        lines.append(f"  the model on {check['batch']} ({check['notebooks']} notebooks, {check['gpus']} GPU(s), "
-                     f"{args.host_cpus:g} cores): {check['model_seconds']:.0f} s (ramp {check['ramp_seconds']:.0f} + "
-                     f"{check['bound']} {check['bounds_seconds'][check['bound']]:.0f}); measured "
-                     f"{check['measured_seconds']:.0f} s; error {check['error']:+.1%}")
+        held, drain = check["held_seconds"], check["drain_seconds"]
+        measured_held = f"{held['measured']:.0f}" if held["measured"] is not None else "not recorded"
+        measured_drain = f"{drain['measured']:.0f}" if drain["measured"] is not None else "not recorded"
+        lines.append(f"  the model on {check['batch']} ({check['notebooks']} notebooks and {check['references']} "
+                     f"references, {check['gpus']} GPU(s), runs/builds/judges {check['limits']['runs']}/"
+                     f"{check['limits']['builds']}/{check['limits']['judges_per_gpu']}, {args.host_cpus:g} cores): "
+                     f"{check['model_seconds']:.0f} s ({check['bound']}); measured {check['measured_seconds']:.0f} s; "
+                     f"error {check['error']:+.1%}; GPU held {held['simulated']:.0f} s (measured {measured_held}); "
+                     f"after the last run {drain['simulated']:.0f} s (measured {measured_drain}); judge start-up "
+                     f"{check['judge_start_mean']:.1f} s mean, {check['judge_waited_mean']:.1f} s waited through "
+                     "others' holds")
     lines.append(f"  measured on: {', '.join(devices)}" + ("; a CPU's numbers, not a GPU's" if any(
         d.startswith("CPU") for d in devices) else ""))
     data = {"model": model,
             "parameters": {k: getattr(args, k) for k in ("class_students", "host_cpus", "node_cpus", "node_gpus",
                                                           "cluster_nodes", "cores_per_stage", "runs_per_gpu",
-                                                          "builds_per_gpu")},
+                                                          "builds_per_gpu", "judges_per_gpu")},
             "class_notebooks": class_notebooks, "costs": {k: asdict(v) for k, v in costs.items()},
-            "machines": [{**asdict(r.machine), "wall_seconds": r.wall_seconds, "bound": r.bound,
-                          "bounds_seconds": r.bounds, "notebooks_per_gpu_hour": r.per_gpu_hour} for r in results],
-            "batch_checks": checks}
+            "machines": rows, "batch_checks": checks}
     return lines, data
 
 
@@ -328,12 +388,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster-nodes", type=int, default=4, help="nodes of the Slurm cluster (default: %(default)s)")
     p.add_argument("--cores-per-stage", type=float, default=1.0,
                    help="cores a CPU stage holds while it runs (default: %(default)s)")
-    p.add_argument("--runs-per-gpu", type=float, default=6.0,
-                   help="runs at once per GPU in the projection (default: %(default)s, the grader's default --runs "
-                        "where the CPUs allow)")
-    p.add_argument("--builds-per-gpu", type=float, default=4.0,
-                   help="builds at once per GPU in the projection (default: %(default)s, the grader's default "
-                        "--builds with 16 cores per GPU)")
+    p.add_argument("--runs-per-gpu", type=float, default=None,
+                   help="runs at once per GPU in the projection (default: the grader's: "
+                        f"min({RUNS_PER_GPU} per GPU, cores // 2))")
+    p.add_argument("--builds-per-gpu", type=float, default=None,
+                   help="builds at once per GPU in the projection (default: the grader's: cores // 4)")
+    p.add_argument("--judges-per-gpu", type=int, default=JUDGES_PER_GPU,
+                   help="judges per GPU in the projection (default: %(default)s, the grader's)")
     return p
 
 
@@ -381,12 +442,13 @@ def main(argv: list[str] | None = None) -> int:
     measured, batches = [], {}
     pipeline = modes.get("pipeline")
     if pipeline and pipeline["records"]:
-        measured.append(tp.notebook_costs(pipeline["records"], "measured in the pipeline batch"))
+        measured.append(tp.notebook_costs(pipeline["records"], "measured in the pipeline batch",
+                                          tp.judge_splits(pipeline["records"], pipeline["schedule"])))
         batches["the pipeline batch"] = pipeline
     for out in args.from_out:
         records = tp.read_results(out)
-        measured.append(tp.notebook_costs(records, f"measured in {out}"))
         schedule = tp.read_schedule(out)
+        measured.append(tp.notebook_costs(records, f"measured in {out}", tp.judge_splits(records, schedule)))
         if schedule and schedule.get("wall_seconds"):
             batches[str(out)] = {"records": records, "schedule": schedule, "wall_seconds": schedule["wall_seconds"]}
     if not measured:
