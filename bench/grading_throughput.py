@@ -239,12 +239,13 @@ def model_check(name: str, data: dict[str, Any], args: argparse.Namespace) -> di
     machine = tp.Machine(name, count, args.host_cpus / count, runs / count, builds / count)
     bounds = tp.batch_model(data["records"], machine, args.cores_per_stage).bounds
     wall = max(sim.wall, bounds["CPU"])
+    serial = tp.held_plus_runs(sum(j.hold + j.alone for j in jobs), sum(j.run for j in jobs), count, runs)
     held = sum(h["end"] - h["start"] for h in (schedule.get("timeline") or {}).get("holds") or [])
     runs_ended = [s["end"] for s in (schedule.get("timeline") or {}).get("stages") or [] if s["stage"] == "run"]
     return {"batch": name, "gpus": count, "notebooks": len(data["records"]), "references": measured["references"],
             "limits": {"runs": runs, "builds": builds, "judges_per_gpu": judges},
             "model_seconds": wall, "simulated_seconds": sim.wall, "bound": "simulated" if wall == sim.wall else "CPU",
-            "bounds_seconds": bounds, "measured_seconds": data["wall_seconds"],
+            "bounds_seconds": bounds, "held_plus_runs_seconds": serial, "measured_seconds": data["wall_seconds"],
             "error": wall / data["wall_seconds"] - 1 if data["wall_seconds"] else None,
             "held_seconds": {"simulated": sum(sim.held), "measured": held if held else None},
             "drain_seconds": {"simulated": sim.drain,
@@ -300,21 +301,26 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
     rows = []
     for sim, bound in zip(simulated, bounds, strict=True):
         wall = max(sim.wall, bound.bounds["CPU"])
+        serial = tp.held_plus_runs(args.class_students * sum(c.exclusive for c in costs.values()),
+                                   args.class_students * sum(c.running for c in costs.values()), sim.gpus,
+                                   sim.runs * (sim.gpus if sim.tasks > 1 else 1))
         rows.append({**asdict(bound.machine), "wall_seconds": wall, "simulated_seconds": sim.wall,
                      "bound": "simulated" if wall == sim.wall else "CPU",
                      "limits": {"runs": sim.runs, "builds": sim.builds, "judges_per_gpu": sim.judges_per_gpu},
                      "held_share": sim.held_share, "drain_seconds": sim.drain, "tasks": sim.tasks,
                      "waves": sim.waves, "students_per_task": sim.per_task, "bounds_seconds": bound.bounds,
+                     "held_plus_runs_seconds": serial,
                      "notebooks_per_gpu_hour": tp.per_hour(args.class_students * len(costs), wall)
                      / bound.machine.gpus})
-    lines.append(f"  {'hours on':<30}{'wall':>6}{'from':>10}{'runs/builds/judges':>21}{'held':>6}"
-                 + "".join(f"{k:>8}" for k in bounds[0].bounds) + f"{'per GPU/h':>11}")
+    lines.append(f"  {'hours on':<26}{'wall':>6}{'from':>10}{'runs/bld/judges':>16}{'held':>6}{'GPU+runs':>9}"
+                 + "".join(f"{k:>7}" for k in bounds[0].bounds) + f"{'per GPU/h':>10}")
     for row in rows:
         per = " a task" if row["tasks"] > 1 else ""
-        lines.append(f"  {row['name']:<30}{row['wall_seconds'] / 3600:>6.2f}{row['bound']:>10}"
-                     f"{'{runs}/{builds}/{judges_per_gpu}'.format(**row['limits']) + per:>21}"
-                     f"{row['held_share']:>6.0%}" + "".join(f"{v / 3600:>8.2f}" for v in row["bounds_seconds"].values())
-                     + f"{row['notebooks_per_gpu_hour']:>11.0f}")
+        lines.append(f"  {row['name']:<26}{row['wall_seconds'] / 3600:>6.2f}{row['bound']:>10}"
+                     f"{'{runs}/{builds}/{judges_per_gpu}'.format(**row['limits']) + per:>16}"
+                     f"{row['held_share']:>6.0%}{row['held_plus_runs_seconds'] / 3600:>9.2f}"
+                     + "".join(f"{v / 3600:>7.2f}" for v in row["bounds_seconds"].values())
+                     + f"{row['notebooks_per_gpu_hour']:>10.0f}")
     slurm = rows[2]
     lines.append(f"  Slurm: {slurm['tasks']} one-GPU tasks of {slurm['students_per_task']} students (and their "
                  f"{len(costs)} references each) on {slots} GPUs: {slurm['waves']} waves; the bounds columns are "
@@ -335,7 +341,8 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
                      f"{check['limits']['builds']}/{check['limits']['judges_per_gpu']}, {args.host_cpus:g} cores): "
                      f"{check['model_seconds']:.0f} s ({check['bound']}); measured {check['measured_seconds']:.0f} s; "
                      f"error {check['error']:+.1%}; GPU held {held['simulated']:.0f} s (measured {measured_held}); "
-                     f"after the last run {drain['simulated']:.0f} s (measured {measured_drain}); judge start-up "
+                     f"after the last run {drain['simulated']:.0f} s (measured {measured_drain}); lower bound "
+                     f"GPU+runs {check['held_plus_runs_seconds']:.0f} s; judge start-up "
                      f"{check['judge_start_mean']:.1f} s mean, {check['judge_waited_mean']:.1f} s waited through "
                      "others' holds")
     lines.append(f"  measured on: {', '.join(devices)}" + ("; a CPU's numbers, not a GPU's" if any(

@@ -3,26 +3,36 @@ project the grading time of a class from the measured per-notebook stage times.
 
 Nothing here runs the grader or touches a GPU; every function takes results (or their folder) and returns data.
 
-The projection model (stated again in the script's output), from each notebook's mean measured stage times:
-- E: seconds its judge held the GPU alone ("gpu_exclusive", drain included; where no result of a measurement
-  recorded it, the judge's whole wall time "judge", an upper bound), plus the seconds its run held it alone to
-  autotune or measure ("gpu_alone", grader.run.run_alone). Per GPU the exclusive holds are serial.
-- R: its run's wall time, the sandbox's running seconds ("notebook", which leave its frozen time out) plus its
-  frozen seconds ("frozen": a paused run still takes its slot): at most ``runs_per_gpu`` runs share a GPU (the
-  grader's --runs); runs are paused while a judge holds their GPU, and their shared use of the GPU is assumed
-  not to be the bottleneck (it is not measured).
-- B: its build's wall time ("build" + "compile" + "replay"): at most ``builds_per_gpu`` at once per GPU (--builds).
-- C: its CPU core-seconds: the run's running seconds (frozen time is already left out of "notebook"), the
-  build, the TTGIR compile, the CPU replay and the judge less its wait for the GPU gate ("gpu_wait", inside the
-  judge's wall time), each stage holding
-  ``cores_per_stage`` cores while it runs; a GPU's share of the host's cores is the host's cores over its GPUs.
-- A class's wall time on G GPUs is a ramp plus the largest of four bounds, each summed over the class's notebooks:
-  GPU  sum(E) / G;  CPU  sum(C) x cores_per_stage / (cores per GPU x G);  runs  sum(R) / (runs_per_gpu x G);
-  builds  sum(B) / (builds_per_gpu x G). The ramp is the measured time from the start to a GPU's first hold
-  (the reference solutions' runs, a first student's run and build: latency no bound counts), the longest of
-  the measured batches'. Throughput is notebooks over that wall time.
-- Not modelled: the reference solutions' runs (once per notebook and OUT), start-up, and for Slurm the tasks'
-  queueing and start and the gathering of results.
+The projection model (stated again in the script's output) is a discrete-event simulation of the grader's pipeline
+(``simulate``; grader.flow.schedule and grader.gpu.gpu_gate), driven by the measured stage times of each notebook:
+- its run ("notebook": the sandbox's running seconds, frozen time left out) in one of ``runs`` slots, on the GPU
+  with the fewest runs; a run is frozen while its GPU is held alone (its slot kept), and its last "gpu_alone"
+  seconds it holds the GPU alone itself (grader.run.run_alone);
+- its build ("build" + "compile" + "replay") in one of ``builds`` slots;
+- once built and once its reference solution is judged, its judge, in one of ``judges_per_gpu`` slots per GPU: a
+  start-up (CPU only, never frozen), its GPU work before its hold ("judge" - "gpu_exclusive" - "gpu_wait", frozen
+  while another holds the GPU), then its hold ("gpu_exclusive"; "judge", an upper bound, where not recorded), one
+  holder per GPU at a time, first come first served.
+No result records a judge's start-up: schedule.json's timeline does. A judge's span there, before the judge's own
+timing ("judge") begins, is its start-up, the other judges' holds it waited through, and the hand-over from the
+last of them to its timing's start (``judge_split``); the start-up is what is left (a lower bound: it may have run
+beside some of those holds) and the hand-over counts as GPU work before its hold.
+The references are graded first, as the grader does: a measured batch's own (the timeline's "reference <nb>"
+labels: their runs and builds as measured, their runs' frozen seconds taken off, their judges at their notebook's
+mean), a class's once per notebook at its notebook's mean cost, a Slurm task's once per task (each task grades
+into an OUT of its own, grader.slurm). The wall time is from the first run's start to the last hold's end, the
+drain (the last notebooks' builds and judges after the last run) included. The limits are the grader's
+(grader.flow.settings.limits_for) unless given.
+Not simulated: CPU cores (the stage times carry the contention they were measured under; the script takes the
+larger of the simulation and the CPU bound below), the runs' shared use of the GPU (not measured), the grader's
+start before its scheduler, and for Slurm the tasks' queueing and start and the gathering of results.
+The throughput bounds beside it (``model_bounds``), each a lower bound on G GPUs over the class's notebooks, from
+each notebook's mean stage times (``NotebookCost``): GPU sum(E)/G, E = "gpu_exclusive" + "gpu_alone"; CPU
+sum(C) x cores_per_stage / (cores per GPU x G), C = the run's running seconds, the build, the TTGIR compile, the
+CPU replay and the judge less its "gpu_wait"; runs sum(R)/(runs_per_gpu x G), R = running + "frozen" seconds;
+builds sum(B)/(builds_per_gpu x G); and GPU+runs (``held_plus_runs``): a run is frozen while its GPU is held, so
+per GPU the holds and the runs' progress never overlap, (sum(E) + sum(running) x G / runs) / G, which the simulation
+comes close to where the GPUs are busy.
 """
 
 from __future__ import annotations
@@ -917,3 +927,10 @@ def simulate_slurm(name: str, costs: dict[str, NotebookCost], students: int, slo
     wall = (waves - 1) * full.wall + (full.wall if in_last_wave > 1 else last.wall)
     return SimulatedClass(name, slots, runs, builds, judges_per_gpu, wall,
                           sum(full.held) / full.wall if full.wall else 0.0, full.drain, tasks, waves, per_task)
+
+
+def held_plus_runs(exclusive: float, running: float, gpus: int, runs: int) -> float:
+    """A lower bound the simulation comes close to where the GPUs are busy: a run is frozen while its GPU is held,
+    so on each GPU the holds (``exclusive`` seconds in all) and the runs' progress (``running`` seconds in all,
+    ``runs`` at once over the ``gpus``) never overlap: (sum(E) + sum(running) x GPUs / runs) / GPUs."""
+    return (exclusive + running * gpus / runs) / gpus
