@@ -239,7 +239,8 @@ def model_check(name: str, data: dict[str, Any], args: argparse.Namespace) -> di
     machine = tp.Machine(name, count, args.host_cpus / count, runs / count, builds / count)
     bounds = tp.batch_model(data["records"], machine, args.cores_per_stage).bounds
     wall = max(sim.wall, bounds["CPU"])
-    serial = tp.held_plus_runs(sum(j.hold + j.alone for j in jobs), sum(j.run for j in jobs), count, runs)
+    serial = tp.held_plus_runs(sum(j.hold + j.alone for j in jobs), sum(j.run - j.alone for j in jobs), count,
+                               runs)
     held = sum(h["end"] - h["start"] for h in (schedule.get("timeline") or {}).get("holds") or [])
     runs_ended = [s["end"] for s in (schedule.get("timeline") or {}).get("stages") or [] if s["stage"] == "run"]
     return {"batch": name, "gpus": count, "notebooks": len(data["records"]), "references": measured["references"],
@@ -302,7 +303,7 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
     for sim, bound in zip(simulated, bounds, strict=True):
         wall = max(sim.wall, bound.bounds["CPU"])
         serial = tp.held_plus_runs(args.class_students * sum(c.exclusive for c in costs.values()),
-                                   args.class_students * sum(c.running for c in costs.values()), sim.gpus,
+                                   args.class_students * sum(c.running - c.alone for c in costs.values()), sim.gpus,
                                    sim.runs * (sim.gpus if sim.tasks > 1 else 1))
         rows.append({**asdict(bound.machine), "wall_seconds": wall, "simulated_seconds": sim.wall,
                      "bound": "simulated" if wall == sim.wall else "CPU",

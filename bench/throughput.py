@@ -31,8 +31,8 @@ each notebook's mean stage times (``NotebookCost``): GPU sum(E)/G, E = "gpu_excl
 sum(C) x cores_per_stage / (cores per GPU x G), C = the run's running seconds, the build, the TTGIR compile, the
 CPU replay and the judge less its "gpu_wait"; runs sum(R)/(runs_per_gpu x G), R = running + "frozen" seconds;
 builds sum(B)/(builds_per_gpu x G); and GPU+runs (``held_plus_runs``): a run is frozen while its GPU is held, so
-per GPU the holds and the runs' progress never overlap, (sum(E) + sum(running) x G / runs) / G, which the simulation
-comes close to where the GPUs are busy.
+per GPU the holds and the runs' progress never overlap, (sum(E) + sum(running - gpu_alone) x G / runs) / G,
+which the simulation comes close to where the GPUs are busy.
 """
 
 from __future__ import annotations
@@ -931,6 +931,7 @@ def simulate_slurm(name: str, costs: dict[str, NotebookCost], students: int, slo
 
 def held_plus_runs(exclusive: float, running: float, gpus: int, runs: int) -> float:
     """A lower bound the simulation comes close to where the GPUs are busy: a run is frozen while its GPU is held,
-    so on each GPU the holds (``exclusive`` seconds in all) and the runs' progress (``running`` seconds in all,
-    ``runs`` at once over the ``gpus``) never overlap: (sum(E) + sum(running) x GPUs / runs) / GPUs."""
+    so on each GPU the holds (``exclusive`` seconds in all, the runs' own holds alone included) and the runs'
+    progress besides (``running`` seconds in all, their holds alone left out, ``runs`` at once over the ``gpus``)
+    never overlap: (sum(E) + sum(running) x GPUs / runs) / GPUs."""
     return (exclusive + running * gpus / runs) / gpus
