@@ -15,7 +15,7 @@ bench/results/h100/2026-12-07-week3-days1-3-references-7660d9f.json in the cours
 reference reached 1.032 of torch.sum and 1.005 of torch.amax (geometric means over the benchmark shapes; 0.974 on
 the worst shape, the max at 3001 x 50021), and the grader's run of the Week 3 demo class on the same H100 and commit
 gave the fast, correct notebook every speed point
-(bench/results/h100/2026-12-07-demo-class-7660d9f/week3/summary.txt in the course's online repository), so the bands
+(bench/results/h100/2026-12-07-demo-class-week3-summary-7660d9f.txt in the course's online repository), so the bands
 stand.
 """
 

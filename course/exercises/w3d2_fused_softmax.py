@@ -16,7 +16,7 @@ bench/results/h100/2026-12-07-week3-days1-3-references-7660d9f.json in the cours
 reference reached 1.359 of torch.softmax (geometric mean over the benchmark shapes; 1.089 on the worst, 3001 x
 50021, walked online) with the notebook's knobs set to the best of that sweep; the grader's run of the Week 3 demo
 class on the same H100 and commit gave the fast, correct notebook every speed point
-(bench/results/h100/2026-12-07-demo-class-7660d9f/week3/summary.txt in the course's online repository; the reference
+(bench/results/h100/2026-12-07-demo-class-week3-summary-7660d9f.txt in the course's online repository; the reference
 there, on the earlier knobs, 1.143), so the bands stand.
 """
 

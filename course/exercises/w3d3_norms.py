@@ -15,7 +15,7 @@ Weeks 1 and 2. Measured on an H100 on 2026-12-07 at commit 7660d9f (`python -m b
 bench/results/h100/2026-12-07-week3-days1-3-references-7660d9f.json in the course's online repository), the
 reference reached 1.169 of torch's fused forward and 1.657 (dx) and 1.655 (dw) of its backward (geometric means over
 the benchmark shapes), and the grader's run of the Week 3 demo class on the same H100 and commit gave the fast,
-correct notebook every speed point (bench/results/h100/2026-12-07-demo-class-7660d9f/week3/summary.txt in the
+correct notebook every speed point (bench/results/h100/2026-12-07-demo-class-week3-summary-7660d9f.txt in the
 course's online repository), so the bands stand. One shape misses the course's aim of 0.9 of the library on every
 shape: the forward at 16384 x 5000, 0.870 of torch (0.874 with one warp per 1024 elements of the block in the sweep,
 0.741 with two).
