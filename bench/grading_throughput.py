@@ -14,12 +14,13 @@ seed; ``--grade-args`` goes to the pipeline run only, ``--common-args`` to both.
 A run's wall time is its schedule.json's (the grader's own, around its scheduler: on a GPU the reference
 solutions' runs included) where the grader wrote one, else the time measured around the grader.
 
-Prints one table of per-stage seconds per run (with, for a pipeline run, each GPU's holds, why it idled
-between them and its pace per notebook, from schedule.json's timeline), one comparison block (verdicts, timing
-ratios, GPU-exclusive seconds, issue 16's targets) and one projection block: the wall time of a class (300
-students x the course's 14 days by default) on 1 GPU, one 8-GPU node and a Slurm cluster of 4 such nodes. The
-model is in bench/throughput.py's docstring and is printed with its parameters; every number in it is measured
-or one of them. Notebooks not measured are extrapolated from the measured ones, and the output names them.
+Prints one table of per-stage seconds per run (with, for a pipeline run, each GPU's holds, why it idled between them
+and its pace per notebook, from schedule.json's timeline), one comparison block (verdicts, timing ratios, GPU-
+exclusive seconds, issue 16's targets) and one projection block: the wall time of a class (300 students x every
+course notebook but the bonus by default) on 1 GPU, one 8-GPU node and a Slurm cluster of 4 such nodes. The model is
+in bench/throughput.py's docstring (the simulation: bench/pipeline_simulation.py) and is printed with its
+parameters; every number in it is measured or one of them. Notebooks not measured are extrapolated from the measured
+ones, and the output names them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from typing import Any
 
 import psutil
 
+from bench import judge_spans as spans
+from bench import pipeline_simulation as pipesim
 from bench import throughput as tp
 from grader.authoring import demo
 from grader.flow.schedule import JUDGES_PER_GPU
@@ -52,7 +55,7 @@ from grader.slurm import SlurmOptions
 REPO = Path(__file__).resolve().parent.parent
 
 MODES = ("serial", "pipeline")
-MODEL = ("a discrete-event simulation of the grader's pipeline (bench/throughput.py simulate), driven by each "
+MODEL = ("a discrete-event simulation of the grader's pipeline (bench/pipeline_simulation.py simulate), driven by each "
          "notebook's measured stage times: its run ('notebook' s running, frozen left out) in one of the runs slots, "
          "frozen while its GPU is held alone, its last gpu_alone s holding the GPU itself; then its build (build + "
          "compile + replay s) in one of the builds slots; then, once its reference is judged, its judge in one of "
@@ -231,15 +234,15 @@ def model_check(name: str, data: dict[str, Any], args: argparse.Namespace) -> di
     schedule = data["schedule"] or {}
     limits = schedule.get("limits") or {}
     count = max(1, len(schedule_gpus(schedule) or [0]))
-    runs = int(limits.get("runs") or tp.grader_limits(count, args.host_cpus, RUNS_PER_GPU, 1)[0])
-    builds = int(limits.get("builds") or tp.grader_limits(count, args.host_cpus, RUNS_PER_GPU, 1)[1])
+    runs = int(limits.get("runs") or pipesim.grader_limits(count, args.host_cpus, RUNS_PER_GPU, 1)[0])
+    builds = int(limits.get("builds") or pipesim.grader_limits(count, args.host_cpus, RUNS_PER_GPU, 1)[1])
     judges = int(limits.get("judges_per_gpu") or args.judges_per_gpu)
-    jobs, measured = tp.batch_jobs(data["records"], schedule)
-    sim = tp.simulate(jobs, count, runs, builds, judges)
+    jobs, measured = pipesim.batch_jobs(data["records"], schedule)
+    sim = pipesim.simulate(jobs, count, runs, builds, judges)
     machine = tp.Machine(name, count, args.host_cpus / count, runs / count, builds / count)
     bounds = tp.batch_model(data["records"], machine, args.cores_per_stage).bounds
     wall = max(sim.wall, bounds["CPU"])
-    serial = tp.held_plus_runs(sum(j.hold + j.alone for j in jobs), sum(j.run - j.alone for j in jobs), count,
+    serial = pipesim.held_plus_runs(sum(j.hold + j.alone for j in jobs), sum(j.run - j.alone for j in jobs), count,
                                runs)
     held = sum(h["end"] - h["start"] for h in (schedule.get("timeline") or {}).get("holds") or [])
     runs_ended = [s["end"] for s in (schedule.get("timeline") or {}).get("stages") or [] if s["stage"] == "run"]
@@ -263,17 +266,17 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
     node_share = args.node_cpus / args.node_gpus
 
     def limits(gpus: int, cores: float) -> tuple[int, int, int]:
-        return tp.grader_limits(gpus, cores, RUNS_PER_GPU, args.judges_per_gpu,
+        return pipesim.grader_limits(gpus, cores, RUNS_PER_GPU, args.judges_per_gpu,
                                 round(args.runs_per_gpu * gpus) if args.runs_per_gpu else None,
                                 round(args.builds_per_gpu * gpus) if args.builds_per_gpu else None)
 
     per_task = SlurmOptions.notebooks_per_task
     slots = args.cluster_nodes * args.node_gpus
     one, node, task = limits(1, args.host_cpus), limits(args.node_gpus, args.node_cpus), limits(1, node_share)
-    simulated = [tp.simulate_class(f"1 GPU, {args.host_cpus:g} cores", costs, args.class_students, 1, *one),
-                 tp.simulate_class(f"1 node, {args.node_gpus} GPUs, {args.node_cpus:g} cores", costs,
+    simulated = [pipesim.simulate_class(f"1 GPU, {args.host_cpus:g} cores", costs, args.class_students, 1, *one),
+                 pipesim.simulate_class(f"1 node, {args.node_gpus} GPUs, {args.node_cpus:g} cores", costs,
                                    args.class_students, args.node_gpus, *node),
-                 tp.simulate_slurm(f"Slurm, {args.cluster_nodes} such nodes", costs, args.class_students, slots,
+                 pipesim.simulate_slurm(f"Slurm, {args.cluster_nodes} such nodes", costs, args.class_students, slots,
                                    per_task, *task)]
     machines = [tp.Machine(simulated[0].name, 1, args.host_cpus, one[0], one[1]),
                 tp.Machine(simulated[1].name, args.node_gpus, node_share, node[0] / args.node_gpus,
@@ -302,7 +305,7 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
     rows = []
     for sim, bound in zip(simulated, bounds, strict=True):
         wall = max(sim.wall, bound.bounds["CPU"])
-        serial = tp.held_plus_runs(args.class_students * sum(c.exclusive for c in costs.values()),
+        serial = pipesim.held_plus_runs(args.class_students * sum(c.exclusive for c in costs.values()),
                                    args.class_students * sum(c.running - c.alone for c in costs.values()), sim.gpus,
                                    sim.runs * (sim.gpus if sim.tasks > 1 else 1))
         rows.append({**asdict(bound.machine), "wall_seconds": wall, "simulated_seconds": sim.wall,
@@ -451,12 +454,12 @@ def main(argv: list[str] | None = None) -> int:
     pipeline = modes.get("pipeline")
     if pipeline and pipeline["records"]:
         measured.append(tp.notebook_costs(pipeline["records"], "measured in the pipeline batch",
-                                          tp.judge_splits(pipeline["records"], pipeline["schedule"])))
+                                          spans.judge_splits(pipeline["records"], pipeline["schedule"])))
         batches["the pipeline batch"] = pipeline
     for out in args.from_out:
         records = tp.read_results(out)
         schedule = tp.read_schedule(out)
-        measured.append(tp.notebook_costs(records, f"measured in {out}", tp.judge_splits(records, schedule)))
+        measured.append(tp.notebook_costs(records, f"measured in {out}", spans.judge_splits(records, schedule)))
         if schedule and schedule.get("wall_seconds"):
             batches[str(out)] = {"records": records, "schedule": schedule, "wall_seconds": schedule["wall_seconds"]}
     if not measured:

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from bench import grading_throughput as script
+from bench import judge_spans as spans
+from bench import pipeline_simulation as pipesim
 from bench import throughput as tp
 from grader.intake.layout import REPO
 from grader.score.results import ItemResult, NotebookResult
@@ -412,13 +414,13 @@ def test_both_runs_start_with_the_references_given(tmp_path, monkeypatch):
 # ---- the simulated pipeline ----------------------------------------------------------------------------------
 
 
-def spans_of(sim: tp.Simulation) -> dict[tuple[str, str], tuple[float, float]]:
+def spans_of(sim: pipesim.Simulation) -> dict[tuple[str, str], tuple[float, float]]:
     return {(s.label, s.stage): (s.start, s.end) for s in sim.spans}
 
 
 def test_three_notebooks_through_one_run_slot_take_a_hand_computed_wall_time():
-    jobs = [tp.Job(f"n{i}", tp.W1D7, run=10.0, build=2.0, prep=1.0, hold=3.0) for i in range(3)]
-    sim = tp.simulate(jobs, gpus=1, runs=1, builds=1, judges_per_gpu=1, spans=True)
+    jobs = [pipesim.Job(f"n{i}", tp.W1D7, run=10.0, build=2.0, prep=1.0, hold=3.0) for i in range(3)]
+    sim = pipesim.simulate(jobs, gpus=1, runs=1, builds=1, judges_per_gpu=1, spans=True)
     # n0 runs 0-10, builds 10-12, judges 12-13 and holds 13-16; n1 runs from 10 and is frozen 13-16: ends at 23;
     # n2 runs from 23, frozen 26-29: ends at 36, builds 36-38, judges 38-39, holds 39-42
     assert sim.wall == pytest.approx(42.0) and sim.held == pytest.approx((9.0,))
@@ -428,9 +430,9 @@ def test_three_notebooks_through_one_run_slot_take_a_hand_computed_wall_time():
 
 
 def test_the_slowest_notebook_last_leaves_a_drain_no_throughput_bound_counts():
-    quick = [tp.Job(f"q{i}", "a", run=5.0, build=1.0, hold=1.0) for i in range(8)]
-    slow = tp.Job("slow", "b", run=5.0, build=30.0, start=4.0, prep=2.0, hold=6.0)
-    sim = tp.simulate([*quick, slow], gpus=1, runs=8, builds=8, judges_per_gpu=2)
+    quick = [pipesim.Job(f"q{i}", "a", run=5.0, build=1.0, hold=1.0) for i in range(8)]
+    slow = pipesim.Job("slow", "b", run=5.0, build=30.0, start=4.0, prep=2.0, hold=6.0)
+    sim = pipesim.simulate([*quick, slow], gpus=1, runs=8, builds=8, judges_per_gpu=2)
     # every run ends by about 13 s (frozen by the quick holds); then the slow one's build, start-up, GPU work and hold
     assert sim.drain == pytest.approx(30.0 + 4.0 + 2.0 + 6.0)
     bounds = max(sum(j.hold for j in [*quick, slow]), sum(j.run for j in [*quick, slow]) / 8)
@@ -438,24 +440,24 @@ def test_the_slowest_notebook_last_leaves_a_drain_no_throughput_bound_counts():
 
 
 def test_no_stage_is_negative_and_nothing_is_lost_however_odd_the_costs():
-    jobs = [tp.Job("a", "x", run=-3.0, build=-1.0, start=-2.0, prep=-1.0, hold=-4.0),
-            tp.Job("b", "x", run=0.0), tp.Job("c", "x", run=2.0, judged=False),
-            tp.Job("d", "x", run=4.0, alone=9.0, hold=1.0)]
-    sim = tp.simulate(jobs, gpus=2, runs=3, builds=1, judges_per_gpu=1, spans=True)
+    jobs = [pipesim.Job("a", "x", run=-3.0, build=-1.0, start=-2.0, prep=-1.0, hold=-4.0),
+            pipesim.Job("b", "x", run=0.0), pipesim.Job("c", "x", run=2.0, judged=False),
+            pipesim.Job("d", "x", run=4.0, alone=9.0, hold=1.0)]
+    sim = pipesim.simulate(jobs, gpus=2, runs=3, builds=1, judges_per_gpu=1, spans=True)
     assert all(s.end >= s.start >= 0.0 for s in sim.spans) and sim.wall >= 0.0 and min(sim.held) >= 0.0
     assert {s.label for s in sim.spans if s.stage == "run"} == {"a", "b", "c", "d"}
     assert ("c", "judge") not in spans_of(sim) and ("d", "judge") in spans_of(sim)
     with pytest.raises(ValueError, match="unique"):
-        tp.simulate([tp.Job("a", "x", 1.0), tp.Job("a", "x", 1.0)], 1, 1, 1, 1)
+        pipesim.simulate([pipesim.Job("a", "x", 1.0), pipesim.Job("a", "x", 1.0)], 1, 1, 1, 1)
     with pytest.raises(ValueError, match="at least 1"):
-        tp.simulate(jobs, 1, 0, 1, 1)
+        pipesim.simulate(jobs, 1, 0, 1, 1)
 
 
 def test_a_judge_waits_for_its_reference_and_a_runs_hold_alone_freezes_the_others():
-    jobs = [tp.Job("reference x", "x", run=10.0, hold=5.0), tp.Job("s/x", "x", run=1.0, hold=1.0,
+    jobs = [pipesim.Job("reference x", "x", run=10.0, hold=5.0), pipesim.Job("s/x", "x", run=1.0, hold=1.0,
                                                                        reference="reference x"),
-            tp.Job("t/y", "y", run=6.0, alone=2.0)]
-    spans = spans_of(tp.simulate(jobs, gpus=1, runs=3, builds=3, judges_per_gpu=2, spans=True))
+            pipesim.Job("t/y", "y", run=6.0, alone=2.0)]
+    spans = spans_of(pipesim.simulate(jobs, gpus=1, runs=3, builds=3, judges_per_gpu=2, spans=True))
     # t/y holds the GPU alone 4-6 s: the reference's run is frozen then and ends at 12, its hold 12-17
     assert spans[("t/y", "run")] == pytest.approx((0.0, 6.0))
     assert spans[("reference x", "run")] == pytest.approx((0.0, 12.0))
@@ -463,9 +465,9 @@ def test_a_judge_waits_for_its_reference_and_a_runs_hold_alone_freezes_the_other
 
 
 def test_holds_are_serial_per_gpu_and_spread_over_gpus():
-    jobs = [tp.Job(f"n{i}", "x", run=0.0, hold=10.0) for i in range(4)]
-    assert tp.simulate(jobs, gpus=1, runs=4, builds=4, judges_per_gpu=4).wall == pytest.approx(40.0)
-    two = tp.simulate(jobs, gpus=2, runs=4, builds=4, judges_per_gpu=2)
+    jobs = [pipesim.Job(f"n{i}", "x", run=0.0, hold=10.0) for i in range(4)]
+    assert pipesim.simulate(jobs, gpus=1, runs=4, builds=4, judges_per_gpu=4).wall == pytest.approx(40.0)
+    two = pipesim.simulate(jobs, gpus=2, runs=4, builds=4, judges_per_gpu=2)
     assert two.wall == pytest.approx(20.0) and two.held == pytest.approx((20.0, 20.0))
 
 
@@ -481,11 +483,11 @@ def test_a_judges_span_splits_into_start_up_waiting_and_hand_over():
     # the judge's span 20-35 s; its own timing ("judge") the last 8 s (27-35); another judge held the GPU 22-26.4
     schedule = _timeline([("s/" + tp.W1D7, "judge", 20.0, 35.0)], [(22.0, 26.4), (28.0, 34.0)])
     result = record("s", timings={"judge": 8.0, "gpu_exclusive": 6.0, "gpu_wait": 0.0, "notebook": 10.0})
-    split = tp.judge_split(result, schedule)
+    split = spans.judge_split(result, schedule)
     assert (split.start, split.waited, split.handover) == pytest.approx((2.0, 4.4, 0.6))  # 7 - 4.4 - 0.6
-    job = tp.record_job(result, split, 0.0)
+    job = pipesim.record_job(result, split, 0.0)
     assert (job.start, job.prep, job.hold, job.run) == pytest.approx((2.0, 2.6, 6.0, 10.0))
-    assert tp.judge_split(record("t", timings={"judge": 1.0}), schedule) is None
+    assert spans.judge_split(record("t", timings={"judge": 1.0}), schedule) is None
 
 
 def test_a_batch_grades_its_references_first_with_their_frozen_seconds_taken_off():
@@ -496,34 +498,34 @@ def test_a_batch_grades_its_references_first_with_their_frozen_seconds_taken_off
               ("a/" + tp.W1D7, "judge", 24.0, 31.0)]
     schedule = _timeline(stages, [(8.0, 10.0), (18.0, 23.0), (25.0, 29.0), (29.5, 30.5)])
     timed = {"notebook": 9.0, "frozen": 6.0, "build": 2.0, "judge": 5.0, "gpu_exclusive": 4.0}
-    jobs, measured = tp.batch_jobs([record("b", timings=timed), record("a", timings=timed)], schedule)
+    jobs, measured = pipesim.batch_jobs([record("b", timings=timed), record("a", timings=timed)], schedule)
     assert [j.label for j in jobs] == ["reference " + tp.W1D7, "a/" + tp.W1D7, "b/" + tp.W1D7]
     reference = jobs[0]
     assert reference.run == pytest.approx(10.0) and reference.build == pytest.approx(2.0)  # frozen 8-10 s
     assert reference.hold == pytest.approx(4.0) and reference.reference is None
     assert all(j.reference == "reference " + tp.W1D7 for j in jobs[1:]) and measured["references"] == 1
-    sim = tp.simulate(jobs, 1, 2, 2, 2)
+    sim = pipesim.simulate(jobs, 1, 2, 2, 2)
     assert sim.wall > 0 and min(j.start for j in jobs) >= 0.0
 
 
 def test_the_grader_limits_and_slurm_waves():
-    assert tp.grader_limits(1, 16, 6, 2) == (6, 4, 2)
-    assert tp.grader_limits(8, 128, 6, 2) == (48, 32, 2)
-    assert tp.grader_limits(8, 16, 6, 2) == (8, 4, 2)  # the cores cap the runs
-    assert tp.grader_limits(1, 1, 6, 2) == (1, 1, 2) and tp.grader_limits(1, 16, 6, 2, 3, 5) == (3, 5, 2)
+    assert pipesim.grader_limits(1, 16, 6, 2) == (6, 4, 2)
+    assert pipesim.grader_limits(8, 128, 6, 2) == (48, 32, 2)
+    assert pipesim.grader_limits(8, 16, 6, 2) == (8, 4, 2)  # the cores cap the runs
+    assert pipesim.grader_limits(1, 1, 6, 2) == (1, 1, 2) and pipesim.grader_limits(1, 16, 6, 2, 3, 5) == (3, 5, 2)
     costs = {n: cost(n, 5.0, 10.0) for n in ("a/x", "a/y")}
     costs = {n: dataclasses.replace(c, running=10.0, judge_start=1.0) for n, c in costs.items()}
-    jobs = tp.class_jobs(costs, 3)
+    jobs = pipesim.class_jobs(costs, 3)
     assert [j.label for j in jobs[:3]] == ["reference a/x", "reference a/y", "s0/a/x"]
     assert jobs[2].reference == "reference a/x" and (jobs[2].run, jobs[2].hold, jobs[2].start) == (10.0, 5.0, 1.0)
-    one_task = tp.simulate(tp.class_jobs(costs, 2), 1, 2, 2, 2).wall
+    one_task = pipesim.simulate(pipesim.class_jobs(costs, 2), 1, 2, 2, 2).wall
     # 10 students, 4 notebooks a task = 2 students: 5 tasks on 2 GPUs, 3 waves
-    slurm = tp.simulate_slurm("s", costs, 10, 2, 4, 2, 2, 2)
+    slurm = pipesim.simulate_slurm("s", costs, 10, 2, 4, 2, 2, 2)
     assert (slurm.tasks, slurm.per_task, slurm.waves) == (5, 2, 3)
     assert slurm.wall == pytest.approx(3 * one_task)
     # 9 students: the fifth task has one student, alone in the last wave
-    smaller = tp.simulate_slurm("s", costs, 9, 2, 4, 2, 2, 2)
+    smaller = pipesim.simulate_slurm("s", costs, 9, 2, 4, 2, 2, 2)
     assert (smaller.tasks, smaller.waves) == (5, 3)
-    assert smaller.wall == pytest.approx(2 * one_task + tp.simulate(tp.class_jobs(costs, 1), 1, 2, 2, 2).wall)
-    whole = tp.simulate_class("n", costs, 10, 2, 4, 4, 2)
+    assert smaller.wall == pytest.approx(2 * one_task + pipesim.simulate(pipesim.class_jobs(costs, 1), 1, 2, 2, 2).wall)
+    whole = pipesim.simulate_class("n", costs, 10, 2, 4, 4, 2)
     assert whole.wall < slurm.wall  # one grader grades the references once, not once a task
