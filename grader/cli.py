@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.commands.course_material import cmd_collect, cmd_demo, cmd_release
-from grader.commands.grading import NoGpu, cmd_check, cmd_grade, cmd_run
+from grader.commands.grading import NoGpu, cmd_check, cmd_grade, cmd_references, cmd_run
 from grader.commands.options import (
     DEFAULT_OUT,
     _execution_options,
@@ -72,12 +72,29 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--hide", action="append", default=[], metavar="PATH",
                    help="one more path no sandboxed run may see (repeatable; the Slurm executor gives each task the "
                         "whole class and the head's OUT)")
+    p.add_argument("--references-from", default=None, metavar="DIR",
+                   help="take the reference solutions graded in DIR (an OUT of `references`) where they were graded "
+                        "on this device, grader version and shapes, instead of grading them again (the Slurm "
+                        "executor's tasks take its references job's)")
     _term_option(p)
     _selection_options(p)
     _execution_options(p)
     _schedule_options(p)
     _slurm_options(p)
     p.set_defaults(run=cmd_grade)
+
+    p = commands.add_parser(
+        "references", help="grade reference solutions alone, on a GPU (the Slurm executor's references job)",
+        description="Grade the reference solutions of the notebooks named into --out, as a grading does before "
+                    "their students (on a GPU; on a CPU there is nothing to grade), for `grade --references-from` "
+                    "to take. Exit status: 0 when every one was graded, 1 when one was not, 2 for a usage error.")
+    p.add_argument("--out", required=True)
+    p.add_argument("--notebook", action="append", required=True, metavar="ASSIGNMENT/NOTEBOOK",
+                   help="a course notebook whose reference solution is graded (repeatable)")
+    p.add_argument("--hide", action="append", default=[], metavar="PATH", help="one more path no sandboxed run may see")
+    _execution_options(p)
+    _schedule_options(p)
+    p.set_defaults(run=cmd_references, force=False)
 
     p = commands.add_parser(
         "check", help="grade your own notebook the way the TA will",

@@ -26,8 +26,8 @@ import contextlib
 import resource
 import secrets
 import time
-from collections.abc import Callable
-from concurrent.futures import Future, as_completed
+from collections.abc import Callable, Collection
+from concurrent.futures import Future, as_completed, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -98,22 +98,25 @@ class _Tally:
 
 def grade(submissions_root: Path, out: Path, settings: Settings,
           log: Callable[[str], None] = print, progress: Callable[[int, int, NotebookResult], None] | None = None,
-          ) -> list[NotebookResult]:
+          references: Collection[tuple[str, str]] = ()) -> list[NotebookResult]:
     """Grade every submission under ``submissions_root`` into ``out``; returns all results. Holds OUT's lock
     (``out_lock.OutBusy`` where another grader does); a stop signal or Ctrl-C raises ``stopping.Stopped`` saying
-    how many notebooks are complete, once every process the batch started is gone."""
+    how many notebooks are complete, once every process the batch started is gone. ``references``: (assignment,
+    notebook) pairs whose reference solutions are graded on a GPU even when no submission needs them (the Slurm
+    executor's references job grades them once for all its tasks)."""
     # Absolute: the judge and the sandboxed stages run in scratch folders of their own and are handed paths in OUT.
     submissions_root, out = submissions_root.resolve(), out.resolve()
     tally = _Tally()
     with out_lock.held(out, log=log):
         try:
-            return _grade(submissions_root, out, settings, log, progress, tally)
+            return _grade(submissions_root, out, settings, log, progress, tally, references)
         except KeyboardInterrupt as interrupt:
             raise stopping.Stopped.of(interrupt, str(tally)) from interrupt
 
 
 def _grade(submissions_root: Path, out: Path, settings: Settings, log: Callable[[str], None],
-           progress: Callable[[int, int, NotebookResult], None] | None, tally: _Tally) -> list[NotebookResult]:
+           progress: Callable[[int, int, NotebookResult], None] | None, tally: _Tally,
+           also_referenced: Collection[tuple[str, str]]) -> list[NotebookResult]:
     _check_sandbox(settings, log)
     limits = limits_for(settings)
     if settings.cpus_per_run is None:
@@ -140,7 +143,7 @@ def _grade(submissions_root: Path, out: Path, settings: Settings, log: Callable[
         log(f"{kept} notebook(s) already graded by grader {GRADER_VERSION} on {settings.device_name}: kept "
             "(use --force to grade them again)")
     hide = [str(p) for p in (SOLUTIONS, submissions_root.resolve(), out.resolve(), *settings.hide)]
-    needed = sorted({(s.assignment, s.notebook) for s in todo if s.path})
+    needed = sorted({(s.assignment, s.notebook) for s in todo if s.path} | set(also_referenced))
     plans = {f"{a}/{n}": notebook_plan(find_course_notebook(a, n)) for a, n in needed}
 
     from grader.report import feedback  # nbconvert and matplotlib: for the grader's own process only
@@ -198,6 +201,7 @@ def _grade(submissions_root: Path, out: Path, settings: Settings, log: Callable[
             submission, task, notes = tasks[futures[future]]
             finished(submission, _graded_result(submission, future.result(), task, settings, run_seed, notes),
                      task.notebook)
+        wait(references.values())  # those no submission waited for
     _write_schedule(out, settings, limits, began, len(futures), timeline(scheduler, gate, began))
     return load_results(out)
 

@@ -2,10 +2,11 @@
 
 Each task runs ``python -m grader grade`` on its own copy of its students' folders into its own OUT, with the
 class and the head's OUT hidden from its sandboxes (none sees another student's files) and the grading run's one
-secret seed, so its grades are what a local run gives. The head waits with a progress bar (``squeue``), submits
-every task that did not finish (failed, preempted, timed out, cancelled) once more, and then records every result
-into OUT's gradebook itself, the only writer. A task that failed twice becomes a grader_error for each of its
-notebooks, never a notebook left out. Slurm's own options: partition, account, time limit, GRES and CPUs per task.
+secret seed, so its grades are what a local run gives. Unless the tasks grade on a CPU, a references job grades the
+class's reference solutions once, before the array starts, and each task takes them (``grade --references-from``).
+The head waits with a progress bar (``squeue``), submits every task that did not finish (failed, preempted, timed
+out, cancelled) once more, and then records every result into OUT's gradebook itself, the only writer. A task that
+failed twice becomes a grader_error for each of its notebooks, never a notebook left out. Slurm's own options: partition, account, time limit, GRES and CPUs per task.
 
 The head holds OUT's lock (``grader.flow.out_lock``); each task holds its own folder's (``OUT/slurm/task-N/out``), so
 neither waits for the other. A task stopped by Slurm (preemption, time limit: SIGTERM to every process of the
@@ -39,6 +40,7 @@ from grader.score.results import GRADER_ERROR, NotebookResult
 from grader.score.stored import record_result, result_path
 
 FINISHED = "exit-code"  # written by the task's script after its grade ended, whatever it decided
+REFERENCES = "references"  # in the Slurm work folder: the references job's OUT
 CANCEL_SECONDS = 120.0  # a stopped head waits this long for Slurm to end its tasks (Slurm's KillWait: 30 s by default)
 
 
@@ -108,20 +110,47 @@ def _carry(earlier: Path, folder: Path, student: str) -> None:
                 source.rename(target)
 
 
-def script(work: Path, grade_args: list[str], options: SlurmOptions, force: bool = False) -> str:
-    """The sbatch script of the array (``--array`` is given on the command line: all tasks, then the retried).
-    Without ``force`` a task's grade keeps the results already in its folder that are up to date."""
-    directives = ["--job-name=gpu-course-grade", f"--output={work / 'logs' / 'task-%a-%A.log'}",
-                  f"--time={options.time}"]
+def _directives(options: SlurmOptions, name: str, log: Path) -> list[str]:
+    directives = [f"--job-name={name}", f"--output={log}", f"--time={options.time}"]
     directives += [f"--partition={options.partition}"] if options.partition else []
     directives += [f"--account={options.account}"] if options.account else []
     directives += [f"--gres={options.gres}"] if options.gres else []
     directives += [f"--cpus-per-task={options.cpus_per_task}"] if options.cpus_per_task else []
+    return [f"#SBATCH {d}" for d in directives]
+
+
+def references_script(work: Path, notebooks: list[str], grade_args: list[str], options: SlurmOptions) -> str:
+    """The sbatch script of the references job: the reference solutions of ``notebooks`` graded once, into
+    ``work/references``, for every task to take (``grade --references-from``). On a CPU it grades nothing."""
+    command = [sys.executable, "-m", "grader", "references", "--out", str(work / REFERENCES),
+               *(part for key in notebooks for part in ("--notebook", key)), *_without_selection(grade_args)]
+    log = work / "logs" / "references-%j.log"
+    return "\n".join(["#!/bin/bash", *_directives(options, "gpu-course-references", log),
+                      f"cd {shlex.quote(str(REPO))}", f"exec {shlex.join(command)}", ""])
+
+
+def _without_selection(grade_args: list[str]) -> list[str]:
+    """``grade_args`` without --assignment and its value (the references job is told its notebooks)."""
+    kept, skip = [], False
+    for arg in grade_args:
+        if skip or arg == "--assignment":
+            skip = not skip
+            continue
+        kept.append(arg)
+    return kept
+
+
+def script(work: Path, grade_args: list[str], options: SlurmOptions, force: bool = False,
+           shared_references: bool = False) -> str:
+    """The sbatch script of the array (``--array`` is given on the command line: all tasks, then the retried).
+    Without ``force`` a task's grade keeps the results already in its folder that are up to date. With
+    ``shared_references`` each task takes the references job's reference solutions (where graded on its device)."""
+    shared = ["--references-from", str(work / REFERENCES)] if shared_references else []
     grade = " ".join([shlex.join([sys.executable, "-m", "grader", "grade"]), '"$here/submissions" --out "$here/out"',
-                      shlex.join([*(["--force"] if force else []), *grade_args])])
+                      shlex.join([*(["--force"] if force else []), *shared, *grade_args])])
     return "\n".join([
         "#!/bin/bash",
-        *(f"#SBATCH {d}" for d in directives),
+        *_directives(options, "gpu-course-grade", work / "logs" / "task-%a-%A.log"),
         f"here={shlex.quote(str(work))}/task-$SLURM_ARRAY_TASK_ID",
         f"rm -f \"$here/{FINISHED}\"",
         f"cd {shlex.quote(str(REPO))}",
@@ -136,8 +165,11 @@ def script(work: Path, grade_args: list[str], options: SlurmOptions, force: bool
         ""])
 
 
-def submit(script_path: Path, indices: list[int]) -> str:
-    done = subprocess.run(["sbatch", "--parsable", f"--array={','.join(map(str, indices))}", str(script_path)],
+def submit(script_path: Path, indices: list[int] | None = None, after: str | None = None) -> str:
+    """Submit ``script_path`` (an array of ``indices``, or one job), to start after job ``after`` has ended."""
+    array = [f"--array={','.join(map(str, indices))}"] if indices is not None else []
+    dependency = [f"--dependency=afterany:{after}"] if after else []
+    done = subprocess.run(["sbatch", "--parsable", *array, *dependency, str(script_path)],
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise SlurmError(f"sbatch failed: {done.stderr.strip() or done.stdout.strip()}")
@@ -235,7 +267,7 @@ def grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, s
             return _grade(root, out, grade_args, options, settings, log, submitted)
         except KeyboardInterrupt as interrupt:
             folders = sorted((out / "slurm").glob("task-*"))
-            cancelled = cancel(submitted[-1], log) if submitted else ""
+            cancelled = "".join(cancel(job, log) for job in reversed(submitted))
             done = sum(finished(folder, settings.assignments) for folder in folders)
             raise stopping.Stopped.of(interrupt, f"{done} of {len(folders)} Slurm tasks finished{cancelled}") \
                 from interrupt
@@ -250,14 +282,17 @@ def _grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, 
     script_path = work / "grade.sbatch"
     # A task's sandboxes see neither the class nor the head's OUT, where the other tasks' students are.
     hidden = ["--hide", str(root.resolve()), "--hide", str(out.resolve())]
-    script_path.write_text(script(work, [*grade_args, *hidden], options, settings.force), encoding="utf-8")
+    references = _references_job(root, work, [*grade_args, *hidden], options, settings, len(folders), log,
+                                 submitted)
+    script_path.write_text(script(work, [*grade_args, *hidden], options, settings.force, references is not None),
+                           encoding="utf-8")
     stopped = ""
     for attempt in (1, 2):
         pending = [i for i, folder in enumerate(folders) if not finished(folder, settings.assignments)]
         if not pending:
             break
         try:
-            job = submit(script_path, pending)
+            job = submit(script_path, pending, after=references if attempt == 1 else None)
             submitted.append(job)
             log(f"Slurm job {job}: {len(pending)} task(s)" + (" submitted again (they did not finish the first "
                                                                "time)" if attempt == 2 else ""))
@@ -273,6 +308,24 @@ def _grade(root: Path, out: Path, grade_args: list[str], options: SlurmOptions, 
     for index, why in failed.items():
         log(f"GRADER ERROR: Slurm task {index} did not finish twice: {why}")
     return gather(out, folders, failed, settings)
+
+
+def _references_job(root: Path, work: Path, grade_args: list[str], options: SlurmOptions, settings: Settings,
+                    tasks: int, log: Callable[[str], None], submitted: list[str]) -> str | None:
+    """Submit the job that grades the class's reference solutions once for all tasks (each task would otherwise
+    grade them again); its id, or None where there is nothing to share: one task, or ``--device cpu`` (a CPU
+    grades no reference). A references job that fails costs nothing but time: each task then grades its own."""
+    on_cpu = any(a == "--device" and b == "cpu" for a, b in zip(grade_args, grade_args[1:], strict=False))
+    submissions, _ = find_submissions(root, settings.assignments, settings.not_due)
+    notebooks = sorted({f"{s.assignment}/{s.notebook}" for s in submissions if s.path})
+    if tasks < 2 or on_cpu or not notebooks:
+        return None
+    path = work / "references.sbatch"
+    path.write_text(references_script(work, notebooks, grade_args, options), encoding="utf-8")
+    job = submit(path)
+    submitted.append(job)
+    log(f"Slurm job {job}: the {len(notebooks)} reference solution(s), graded once for the {tasks} tasks")
+    return job
 
 
 def _why(folder: Path, work: Path) -> str:

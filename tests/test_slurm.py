@@ -92,7 +92,7 @@ def test_a_tasks_script_waits_for_its_grader_to_stop_when_slurm_signals_the_task
 
 def test_a_stopped_head_cancels_its_job_and_waits_for_slurm_to_end_its_tasks(tmp_path, monkeypatch):
     root = _class(tmp_path / "class", {"ann": 1})
-    monkeypatch.setattr(slurm, "submit", lambda script_path, indices: "77")
+    monkeypatch.setattr(slurm, "submit", lambda script_path, indices=None, after=None: "77")
 
     def stopped_while_waiting(*args, **kwargs):
         raise stopping.Stopped(signal.SIGTERM)
@@ -139,7 +139,7 @@ def _fake_slurm(monkeypatch, graded: Path, finishes: dict[int, list[bool]]) -> l
     """submit/wait stand-ins: task i finishes on attempt k when finishes[i][k] (``graded``'s results copied in)."""
     submitted: list[list[int]] = []
 
-    def submit(script_path: Path, indices: list[int]) -> str:
+    def submit(script_path: Path, indices: list[int], after: str | None = None) -> str:
         submitted.append(indices)
         attempt = len(submitted) - 1
         for index in indices:
@@ -183,8 +183,8 @@ def test_a_task_that_does_not_finish_runs_again_once_then_its_notebooks_are_grad
     assert len(students) >= 3
     # task 0 finishes at once, task 1 on its second try, task 2 never
     submitted = _fake_slurm(monkeypatch, graded_locally["out"], {0: [True, True], 1: [False, True], 2: [False, False]})
-    results = slurm.grade(graded_locally["subs"], tmp_path / "out", [], slurm.SlurmOptions(notebooks_per_task=1),
-                          Settings("cpu", "CPU"), log=lambda line: None)
+    results = slurm.grade(graded_locally["subs"], tmp_path / "out", ["--device", "cpu"],
+                          slurm.SlurmOptions(notebooks_per_task=1), Settings("cpu", "CPU"), log=lambda line: None)
     assert submitted == [[0, 1, 2], [1, 2]]
     by_student = {}
     for result in results:
@@ -231,15 +231,15 @@ def test_slurm_failing_after_some_tasks_ran_keeps_their_grades_and_names_the_err
     real_submit = slurm.submit
     calls = []
 
-    def submit(script_path, indices):
+    def submit(script_path, indices, after=None):
         calls.append(indices)
         if len(calls) == 2:
             raise slurm.SlurmError("sbatch failed: the partition is down")
         return real_submit(script_path, indices)
 
     monkeypatch.setattr(slurm, "submit", submit)
-    results = slurm.grade(graded_locally["subs"], tmp_path / "out", [], slurm.SlurmOptions(notebooks_per_task=1),
-                          Settings("cpu", "CPU"), log=lambda line: None)
+    results = slurm.grade(graded_locally["subs"], tmp_path / "out", ["--device", "cpu"],
+                          slurm.SlurmOptions(notebooks_per_task=1), Settings("cpu", "CPU"), log=lambda line: None)
     student = sorted(p.name for p in graded_locally["subs"].iterdir())[1]
     mine = [r for r in results if r.student == student]
     assert mine and all(r.status == GRADER_ERROR and "the partition is down" in r.message for r in mine)
@@ -259,3 +259,46 @@ def test_a_task_of_a_week_is_finished_with_that_weeks_results(tmp_path):
         slurm.result_path(folder / "out", submission).parent.mkdir(parents=True, exist_ok=True)
         slurm.result_path(folder / "out", submission).write_text("{}")
     assert slurm.finished(folder, ("week1",)) and not slurm.finished(folder)
+
+
+def test_the_references_are_graded_once_by_a_job_every_task_waits_for_and_takes_from(tmp_path, monkeypatch):
+    """Each task would grade the class's reference solutions again: one job grades them, the array starts after it
+    and each task's grade takes them (--references-from). Not on a CPU, which grades no reference, nor for one task."""
+    root = tmp_path / "class"
+    for student, key in (("ann", DAY1), ("bob", DAY1), ("cy", "week2/day1_profiling")):
+        (root / student / key).parent.mkdir(parents=True)
+        (root / student / f"{key}.ipynb").write_text("{}")
+    jobs: list[tuple[str, list[int] | None, str | None]] = []
+
+    def submit(script_path: Path, indices: list[int] | None = None, after: str | None = None) -> str:
+        jobs.append((script_path.name, indices, after))
+        for index in indices or []:
+            (script_path.parent / f"task-{index}" / slurm.FINISHED).write_text("0\n")
+        return str(40 + len(jobs))
+
+    monkeypatch.setattr(slurm, "submit", submit)
+    monkeypatch.setattr(slurm, "wait", lambda *args, **kwargs: None)
+    monkeypatch.setattr(slurm, "gather", lambda *args: [])
+    monkeypatch.setattr(slurm, "finished", lambda folder, assignments=(): (folder / slurm.FINISHED).is_file())
+    out, options = tmp_path / "out", slurm.SlurmOptions(notebooks_per_task=1, gres="gpu:1")
+    slurm.grade(root, out, ["--assignment", "week1,week2", "--seed", "7"], options, Settings("cpu", "login node"),
+                log=lambda line: None)
+    assert jobs == [("references.sbatch", None, None), ("grade.sbatch", [0, 1, 2], "41")]
+    work = out / "slurm"
+    references = (work / "references.sbatch").read_text()
+    command = shlex.split(references.splitlines()[-1])
+    assert command[:6] == ["exec", sys.executable, "-m", "grader", "references", "--out"]
+    assert command[6] == str(work / "references")
+    # the notebooks any student submitted, each once; the week goes (the job is told its notebooks); the seed stays
+    assert command[7:13] == ["--notebook", DAY1, "--notebook", "week2/day1_profiling", "--seed", "7"]
+    assert command[13:] == ["--hide", str(root.resolve()), "--hide", str(out.resolve())]
+    assert "#SBATCH --gres=gpu:1" in references
+    assert subprocess.run(["bash", "-n"], input=references, text=True).returncode == 0
+    assert f"--references-from {work / 'references'} --assignment week1,week2" in (work / "grade.sbatch").read_text()
+
+    for grade_args, classes in ((["--device", "cpu"], {"ann": 1, "bob": 1}), ([], {"ann": 2})):
+        jobs.clear()
+        slurm.grade(_class(tmp_path / f"class{len(classes)}", classes), tmp_path / f"out{len(classes)}", grade_args,
+                    slurm.SlurmOptions(notebooks_per_task=1), Settings("cpu", "CPU"), log=lambda line: None)
+        assert [name for name, _, _ in jobs] == ["grade.sbatch"]
+        assert "--references-from" not in (tmp_path / f"out{len(classes)}" / "slurm" / "grade.sbatch").read_text()

@@ -48,7 +48,8 @@ def _settings(args: argparse.Namespace):
                     gpu_memory_bytes=int(args.gpu_memory_gb * 2**30) if args.gpu_memory_gb else None,
                     gpu_busy_seconds=args.gpu_busy_seconds,
                     scratch_bytes=int(args.scratch_gb * 2**30), cpus_per_run=args.cpus_per_run,
-                    sandbox=args.sandbox, seed=args.seed, hide=tuple(getattr(args, "hide", None) or ()))
+                    sandbox=args.sandbox, seed=args.seed, hide=tuple(getattr(args, "hide", None) or ()),
+                    shared_references=getattr(args, "references_from", None))
 
 
 def _term(args: argparse.Namespace) -> Term:
@@ -196,6 +197,33 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"\nNOT GRADED NORMALLY: {failed[0].status}: {_line(failed[0].summary, 1000)}", file=sys.stderr)
         return 1
     return 0
+
+
+def cmd_references(args: argparse.Namespace) -> int:
+    """Grade the reference solutions of the notebooks named, alone, into OUT (on a GPU; a CPU grades none)."""
+    import tempfile
+
+    from grader.flow.reference import reference_ready
+    from grader.intake.layout import find_course_notebook
+    from grader.pipeline import grade
+
+    notebooks = [find_course_notebook(*key.partition("/")[::2]) for key in args.notebook]
+    unknown = [key for key, nb in zip(args.notebook, notebooks, strict=True) if nb is None]
+    if unknown:
+        print(f"error: --notebook {', '.join(unknown)}: not a course notebook (ASSIGNMENT/NOTEBOOK, such as "
+              "week1/day4_first_triton_kernel)", file=sys.stderr)
+        return 2
+    out, settings = Path(args.out), _settings(args)
+    if settings.device != "gpu":
+        print(f"{settings.device_name}: reference solutions are graded on a GPU only; nothing to do")
+        return 0
+    with tempfile.TemporaryDirectory() as no_students:
+        grade(Path(no_students), out, settings, references=[(nb.assignment, nb.name) for nb in notebooks])
+    missing = [nb.key for nb in notebooks if not reference_ready(out, nb, settings)]
+    for key in missing:
+        print(f"the reference solution of {key} could not be graded (see {out / 'reference' / key})", file=sys.stderr)
+    print(f"{len(notebooks) - len(missing)} of {len(notebooks)} reference solutions graded on {settings.device_name}")
+    return 1 if missing else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ version and benchmark shapes stay), so that its students are judged against its 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -53,16 +54,27 @@ def _reference_paths(where: Path) -> dict[str, str]:
     return {"export": str(where / "export"), "built": str(where / "built"), "verdict": str(where / "verdict.json")}
 
 
+def reference_ready(out: Path, notebook: CourseNotebook, settings: Settings) -> bool:
+    """Whether OUT holds ``notebook``'s reference solution graded on this device, grader version and benchmark
+    shapes (graded here, or by the Slurm executor's references job and copied in)."""
+    marker = _reference_where(out, notebook) / "device.txt"
+    return marker.is_file() and marker.read_text() == _reference_stamp(settings)
+
+
 def reference_task(out: Path, notebook: CourseNotebook, settings: Settings, run_seed: int,
                    hide: list[str]) -> Task | None:
     """The run of ``notebook``'s reference solution on this GPU, or None when OUT has it already (same device,
     grader version and benchmark shapes)."""
     where = _reference_where(out, notebook)
-    marker = where / "device.txt"
-    if not settings.force and marker.exists() and marker.read_text() == _reference_stamp(settings):
+    shared = Path(settings.shared_references) if settings.shared_references else None
+    if shared is not None and shared.resolve() != out.resolve() and reference_ready(shared, notebook, settings):
+        shutil.rmtree(where, ignore_errors=True)
+        shutil.copytree(_reference_where(shared, notebook), where, symlinks=True)
+        return None
+    if not settings.force and reference_ready(out, notebook, settings):
         return None
     where.mkdir(parents=True, exist_ok=True)
-    marker.unlink(missing_ok=True)
+    (where / "device.txt").unlink(missing_ok=True)
     solution = nbformat.read(str(notebook.solution_path), as_version=4)
     nbformat.write(solution, str(where / "sanitized.ipynb"))
     return Task("reference", solution, notebook_plan(notebook), where, settings, run_seed, hide, bench_only=True,

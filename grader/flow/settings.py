@@ -55,6 +55,9 @@ class Settings:
     # more paths no sandboxed run may see, besides the solutions, the class and OUT (a Slurm task: the whole class
     # and the head's OUT, which hold the other tasks' students)
     hide: tuple[str, ...] = ()
+    # an OUT of `grader references` (the Slurm executor's references job): its reference solutions graded on this
+    # device, grader version and shapes are taken instead of graded again, --force or not
+    shared_references: str | None = None
     assignments: tuple[str, ...] = ()  # grade only these (a TA's week); empty: those any student has a folder for
     not_due: tuple[str, ...] = ()  # not due yet (the term file): their absent notebooks are not missing
     notes: list[str] = field(default_factory=list)
