@@ -68,8 +68,9 @@ MODEL = ("a discrete-event simulation of the grader's pipeline (bench/pipeline_s
          "unless --runs-per-gpu/--builds-per-gpu are given. CPU cores are not simulated (the stage times carry the "
          "contention they were measured under): the wall is the larger of the simulation and the CPU bound "
          "sum(C)/cores, C = run + build + compile + replay + judge - gpu_wait s at {cores:g} core(s) per stage. "
-         "Slurm: one-GPU tasks of whole students, {per_task} notebooks at most each (grader.slurm), each grading its "
-         "references, in waves over the cluster's GPUs; its queueing, start-up and gathering are not modelled. The "
+         "Slurm: a one-GPU job grading the references, then one-GPU tasks of whole students, {per_task} notebooks at "
+         "most each (grader.slurm), each taking those references, in waves over the cluster's GPUs; its queueing, "
+         "start-up and gathering are not modelled. The "
          "lower bounds beside (GPU sum(E)/G, CPU, runs sum(R)/runs, builds sum(B)/builds) are for reference.")
 
 
@@ -312,7 +313,8 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
                      "bound": "simulated" if wall == sim.wall else "CPU",
                      "limits": {"runs": sim.runs, "builds": sim.builds, "judges_per_gpu": sim.judges_per_gpu},
                      "held_share": sim.held_share, "drain_seconds": sim.drain, "tasks": sim.tasks,
-                     "waves": sim.waves, "students_per_task": sim.per_task, "bounds_seconds": bound.bounds,
+                     "waves": sim.waves, "students_per_task": sim.per_task, "references_seconds": sim.references,
+                     "bounds_seconds": bound.bounds,
                      "held_plus_runs_seconds": serial,
                      "notebooks_per_gpu_hour": tp.per_hour(args.class_students * len(costs), wall)
                      / bound.machine.gpus})
@@ -326,9 +328,9 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
                      + "".join(f"{v / 3600:>7.2f}" for v in row["bounds_seconds"].values())
                      + f"{row['notebooks_per_gpu_hour']:>10.0f}")
     slurm = rows[2]
-    lines.append(f"  Slurm: {slurm['tasks']} one-GPU tasks of {slurm['students_per_task']} students (and their "
-                 f"{len(costs)} references each) on {slots} GPUs: {slurm['waves']} waves; the bounds columns are "
-                 "lower bounds without references")
+    lines.append(f"  Slurm: the {len(costs)} references graded first by one job ({slurm['references_seconds']:.0f} "
+                 f"s), then {slurm['tasks']} one-GPU tasks of {slurm['students_per_task']} students on {slots} GPUs: "
+                 f"{slurm['waves']} waves; the bounds columns are lower bounds without references")
     devices = sorted({c.device for c in costs.values() if c.samples})
     if args.class_students == 300 and len(costs) == 14 and args.node_gpus == 8:
         met = "not measured (graded on a CPU)" if any(d.startswith("CPU") for d in devices) \

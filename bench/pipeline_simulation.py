@@ -282,6 +282,7 @@ class SimulatedClass:
     tasks: int = 1
     waves: int = 1
     per_task: int = 0  # students per task (0: one grader for the whole class)
+    references: float = 0.0  # seconds of the Slurm references job, before the tasks (0: none)
 
 
 def simulate_class(name: str, costs: dict[str, NotebookCost], students: int, gpus: int, runs: int, builds: int,
@@ -294,20 +295,24 @@ def simulate_class(name: str, costs: dict[str, NotebookCost], students: int, gpu
 
 def simulate_slurm(name: str, costs: dict[str, NotebookCost], students: int, slots: int, notebooks_per_task: int,
                    runs: int, builds: int, judges_per_gpu: int) -> SimulatedClass:
-    """A Slurm job array (grader.slurm): tasks of whole students, at most ``notebooks_per_task`` notebooks each
-    (grader.slurm.chunks; one student at least), each a one-GPU grader with its own OUT that grades its notebooks'
-    references first; ``slots`` tasks at once (the cluster's GPUs), in waves of identical tasks. Slurm's queueing,
-    the tasks' start-up and the gathering of results are not modelled."""
+    """A Slurm job array (grader.slurm): a one-GPU references job grading every notebook's reference, then tasks of
+    whole students, at most ``notebooks_per_task`` notebooks each (grader.slurm.chunks; one student at least), each
+    a one-GPU grader with its own OUT that takes those references; ``slots`` tasks at once (the cluster's GPUs), in
+    waves of identical tasks. Slurm's queueing, the jobs' start-up and the gathering of results are not modelled."""
     per_task = max(1, notebooks_per_task // max(1, len(costs)))
     tasks = math.ceil(students / per_task)
     waves = math.ceil(tasks / slots)
-    full = simulate(class_jobs(costs, per_task), 1, runs, builds, judges_per_gpu)
+    references = simulate([cost_job(REFERENCE + n, c, None) for n, c in costs.items()], 1, runs, builds,
+                          judges_per_gpu).wall if tasks > 1 else 0.0
+    full = simulate(class_jobs(costs, per_task, tasks == 1), 1, runs, builds, judges_per_gpu)
     left = students - per_task * (tasks - 1)  # the last task's students
-    last = full if left == per_task else simulate(class_jobs(costs, left), 1, runs, builds, judges_per_gpu)
+    last = full if left == per_task else simulate(class_jobs(costs, left, tasks == 1), 1, runs, builds,
+                                                  judges_per_gpu)
     in_last_wave = tasks - (waves - 1) * slots
-    wall = (waves - 1) * full.wall + (full.wall if in_last_wave > 1 else last.wall)
+    wall = references + (waves - 1) * full.wall + (full.wall if in_last_wave > 1 else last.wall)
     return SimulatedClass(name, slots, runs, builds, judges_per_gpu, wall,
-                          sum(full.held) / full.wall if full.wall else 0.0, full.drain, tasks, waves, per_task)
+                          sum(full.held) / full.wall if full.wall else 0.0, full.drain, tasks, waves, per_task,
+                          references)
 
 
 def held_plus_runs(exclusive: float, running: float, gpus: int, runs: int) -> float:

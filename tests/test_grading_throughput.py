@@ -518,14 +518,20 @@ def test_the_grader_limits_and_slurm_waves():
     jobs = pipesim.class_jobs(costs, 3)
     assert [j.label for j in jobs[:3]] == ["reference a/x", "reference a/y", "s0/a/x"]
     assert jobs[2].reference == "reference a/x" and (jobs[2].run, jobs[2].hold, jobs[2].start) == (10.0, 5.0, 1.0)
-    one_task = pipesim.simulate(pipesim.class_jobs(costs, 2), 1, 2, 2, 2).wall
+    # the references job first (every notebook's reference, once), then tasks that take its references
+    references = pipesim.simulate([j for j in jobs if j.reference is None], 1, 2, 2, 2).wall
+    one_task = pipesim.simulate(pipesim.class_jobs(costs, 2, references=False), 1, 2, 2, 2).wall
+    assert 0 < references and one_task < pipesim.simulate(pipesim.class_jobs(costs, 2), 1, 2, 2, 2).wall
     # 10 students, 4 notebooks a task = 2 students: 5 tasks on 2 GPUs, 3 waves
     slurm = pipesim.simulate_slurm("s", costs, 10, 2, 4, 2, 2, 2)
-    assert (slurm.tasks, slurm.per_task, slurm.waves) == (5, 2, 3)
-    assert slurm.wall == pytest.approx(3 * one_task)
+    assert (slurm.tasks, slurm.per_task, slurm.waves, slurm.references) == (5, 2, 3, pytest.approx(references))
+    assert slurm.wall == pytest.approx(references + 3 * one_task)
     # 9 students: the fifth task has one student, alone in the last wave
     smaller = pipesim.simulate_slurm("s", costs, 9, 2, 4, 2, 2, 2)
     assert (smaller.tasks, smaller.waves) == (5, 3)
-    assert smaller.wall == pytest.approx(2 * one_task + pipesim.simulate(pipesim.class_jobs(costs, 1), 1, 2, 2, 2).wall)
-    whole = pipesim.simulate_class("n", costs, 10, 2, 4, 4, 2)
-    assert whole.wall < slurm.wall  # one grader grades the references once, not once a task
+    assert smaller.wall == pytest.approx(references + 2 * one_task + pipesim.simulate(
+        pipesim.class_jobs(costs, 1, references=False), 1, 2, 2, 2).wall)
+    # one task: no references job (grader.slurm submits none), the task grades its own
+    alone = pipesim.simulate_slurm("s", costs, 2, 2, 4, 2, 2, 2)
+    assert (alone.tasks, alone.references) == (1, 0.0)
+    assert alone.wall == pytest.approx(pipesim.simulate(pipesim.class_jobs(costs, 2), 1, 2, 2, 2).wall)
