@@ -6,7 +6,8 @@ secret seed, so its grades are what a local run gives. Unless the tasks grade on
 class's reference solutions once, before the array starts, and each task takes them (``grade --references-from``).
 The head waits with a progress bar (``squeue``), submits every task that did not finish (failed, preempted, timed
 out, cancelled) once more, and then records every result into OUT's gradebook itself, the only writer. A task that
-failed twice becomes a grader_error for each of its notebooks, never a notebook left out. Slurm's own options: partition, account, time limit, GRES and CPUs per task.
+failed twice becomes a grader_error for each of its notebooks, never a notebook left out. Slurm's own options:
+partition, account, time limit, GRES and CPUs per task.
 
 The head holds OUT's lock (``grader.flow.out_lock``); each task holds its own folder's (``OUT/slurm/task-N/out``), so
 neither waits for the other. A task stopped by Slurm (preemption, time limit: SIGTERM to every process of the

@@ -521,7 +521,7 @@ def test_the_grader_limits_and_slurm_waves():
     # the references job first (every notebook's reference, once), then tasks that take its references
     references = pipesim.simulate([j for j in jobs if j.reference is None], 1, 2, 2, 2).wall
     one_task = pipesim.simulate(pipesim.class_jobs(costs, 2, references=False), 1, 2, 2, 2).wall
-    assert 0 < references and one_task < pipesim.simulate(pipesim.class_jobs(costs, 2), 1, 2, 2, 2).wall
+    assert references > 0 and one_task < pipesim.simulate(pipesim.class_jobs(costs, 2), 1, 2, 2, 2).wall
     # 10 students, 4 notebooks a task = 2 students: 5 tasks on 2 GPUs, 3 waves
     slurm = pipesim.simulate_slurm("s", costs, 10, 2, 4, 2, 2, 2)
     assert (slurm.tasks, slurm.per_task, slurm.waves, slurm.references) == (5, 2, 3, pytest.approx(references))
