@@ -211,12 +211,18 @@ def cluster(tmp_path_factory):
 @pytest.mark.slow
 def test_the_class_graded_through_slurm_gets_a_local_runs_grades(tmp_path, monkeypatch, cluster, graded_locally):
     monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    # no --device: as on a GPU cluster, the head submits the references job and the array starts after it; with no
+    # GPU visible (Slurm hands the tasks this environment) the job grades nothing and the tasks grade on the CPU
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     out = tmp_path / "out"
-    assert cli.main(["grade", str(graded_locally["subs"]), "--out", str(out), "--device", "cpu", "--seed", "5",
+    assert cli.main(["grade", str(graded_locally["subs"]), "--out", str(out), "--seed", "5",
                      "--allow-ungraded", "--executor", "slurm", "--notebooks-per-task", "1"]) == 0
     script = (out / "slurm" / "grade.sbatch").read_text()
     # each task's sandboxes see neither the class nor the head's OUT (the other tasks' students)
     assert f"--hide {graded_locally['subs'].resolve()} --hide {out.resolve()}" in script
+    assert f"--references-from {out / 'slurm' / 'references'}" in script
+    [log] = (out / "slurm" / "logs").glob("references-*.log")
+    assert "reference solutions are graded on a GPU only; nothing to do" in log.read_text()
     tasks = sorted((out / "slurm").glob("task-*"))
     assert len(tasks) >= 2 and all(slurm.finished(t) for t in tasks)  # several tasks, each ran to its end
     assert _grades(out) == _grades(graded_locally["out"])
