@@ -77,15 +77,16 @@ def task_dirs(work: Path, count: int) -> list[Path]:
 
 def stage(work: Path, groups: list[list[Path]]) -> list[Path]:
     """Each group's student folders copied into a task folder of its own, with the results and runs an earlier
-    grading left for those students (its grade keeps those still up to date). SlurmError while a task of an
-    earlier grading still holds its folder."""
+    grading left for those students (its grade keeps those still up to date). SlurmError while a task or the
+    references job of an earlier grading still holds its folder."""
     # Earlier stagings, each in a numbered folder: more than one where a staging was stopped half-way.
     earlier = work.with_name(f"{work.name}.earlier")
     if work.is_dir():
-        for old in sorted(work.glob("task-*")):
-            holder = out_lock.busy(old / "out")
+        outs = {task: task / "out" for task in sorted(work.glob("task-*"))} | {work / REFERENCES: work / REFERENCES}
+        for old, out in outs.items():
+            holder = out_lock.busy(out)
             if holder is not None:
-                raise SlurmError(f"a Slurm task of an earlier grading still grades {old}: {holder.describe()}; "
+                raise SlurmError(f"a Slurm job of an earlier grading still grades {old}: {holder.describe()}; "
                                  "cancel it (scancel) or let it end, then grade again")
         earlier.mkdir(exist_ok=True)
         work.rename(earlier / str(len(list(earlier.iterdir()))))

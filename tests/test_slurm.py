@@ -72,6 +72,10 @@ def test_a_new_staging_carries_each_students_earlier_results_into_the_students_n
     monkeypatch.setattr(slurm.out_lock, "busy", lambda out: running if out == again[0] / "out" else None)
     with pytest.raises(slurm.SlurmError, match="still grades .*task-0: pid 4242 on node7"):
         slurm.stage(work, [[root / "ann"], [root / "bob"]])
+    # nor while the earlier grading's references job still grades into its folder
+    monkeypatch.setattr(slurm.out_lock, "busy", lambda out: running if out == work / slurm.REFERENCES else None)
+    with pytest.raises(slurm.SlurmError, match="still grades .*references: pid 4242 on node7"):
+        slurm.stage(work, [[root / "ann"], [root / "bob"]])
     assert (again[0] / "out" / "results" / "ann" / "week1" / "nb0.json").exists()
 
 
