@@ -115,6 +115,29 @@ def test_a_stopped_head_cancels_its_job_and_waits_for_slurm_to_end_its_tasks(tmp
     assert slurm.out_lock.busy(tmp_path / "out") is None
 
 
+def test_a_stopped_head_cancels_the_references_job_as_well_as_the_array(tmp_path, monkeypatch):
+    root = tmp_path / "class"
+    for student in ("ann", "bob"):
+        (root / student / DAY1).parent.mkdir(parents=True)
+        (root / student / f"{DAY1}.ipynb").write_text("{}")
+    ids = iter(["77", "78"])  # the references job, then the array
+    monkeypatch.setattr(slurm, "submit", lambda script_path, indices=None, after=None: next(ids))
+
+    def stopped_while_waiting(*args, **kwargs):
+        raise stopping.Stopped(signal.SIGTERM)
+
+    monkeypatch.setattr(slurm, "wait", stopped_while_waiting)
+    listed = {"78": iter([1, 0]), "77": iter([1, 0])}  # each still listed, then gone once cancelled
+    monkeypatch.setattr(slurm, "queued", lambda job: next(listed[job]))
+    commands = []
+    monkeypatch.setattr(slurm.subprocess, "run", lambda argv, **kwargs: commands.append(argv))
+    monkeypatch.setattr(slurm.time, "sleep", lambda seconds: None)
+    with pytest.raises(stopping.Stopped):
+        slurm.grade(root, tmp_path / "out", [], slurm.SlurmOptions(notebooks_per_task=1), Settings("cpu", "CPU"),
+                    log=lambda line: None)
+    assert commands == [["scancel", "78"], ["scancel", "77"]]
+
+
 def test_hidden_paths_reach_the_grading_settings():
     args = cli.parser().parse_args(["grade", "subs", "--device", "cpu", "--hide", "/class", "--hide", "/head-out"])
     assert grading_commands._settings(args).hide == ("/class", "/head-out")
