@@ -325,6 +325,9 @@ def test_the_references_are_graded_once_by_a_job_every_task_waits_for_and_takes_
     # the notebooks any student submitted, each once; the week goes (the job is told its notebooks); the seed stays
     assert command[7:13] == ["--notebook", DAY1, "--notebook", "week2/day1_profiling", "--seed", "7"]
     assert command[13:] == ["--hide", str(root.resolve()), "--hide", str(out.resolve())]
+    # the shared references lie in the head's OUT, which every sandbox of the job and the tasks has hidden: no
+    # student's run can read them or write into them before another task takes them
+    assert (work / "references").resolve().is_relative_to(out.resolve())
     assert "#SBATCH --gres=gpu:1" in references
     assert subprocess.run(["bash", "-n"], input=references, text=True).returncode == 0
     assert f"--references-from {work / 'references'} --assignment week1,week2" in (work / "grade.sbatch").read_text()
