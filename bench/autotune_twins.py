@@ -18,7 +18,7 @@ from typing import Any
 
 from bench import throughput as tp
 
-TOLERANCE = 0.02  # the two copies must agree this closely (issue 50)
+TOLERANCE = 0.02  # the two copies must agree this closely
 
 
 def _rows(records: list[tp.Record], student: str, notebook: str) -> list[dict[str, Any]]:

@@ -10,12 +10,12 @@ GPU's utilisation into WORK/gpus-<set>.smi.csv and /proc/stat the host's CPU loa
 (does a set wait for CPUs rather than GPUs?). The first set is the baseline: for each later set the script
 prints the wall time (the grader's own, from schedule.json), notebooks per hour, the speed-up, each GPU's mean
 utilisation over the run and the share of samples it was busy, how long each GPU was held alone and why it idled
-between holds (from schedule.json's timeline) with its pace per notebook and issue 16's class (300 x 14
+between holds (from schedule.json's timeline) with its pace per notebook and the course's class (300 x 14
 notebooks) extrapolated at that pace onto 1, 8 and 32 GPUs, the GPU-exclusive seconds per notebook, and every
 verdict and timing ratio that differs from the baseline's. ``--references-first`` grades the reference solutions
 once before the sets (WORK/references) and copies them into every set's OUT, as a class's later batches find them;
 ``--keep-references`` reuses an earlier call's, so that the sets can be graded in calls of their own.
-Issue 21's targets close the output: identical verdicts, ratios within 3%, and the second set at least 1.8 times
+The two-GPU targets close the output: identical verdicts, ratios within 3%, and the second set at least 1.8 times
 faster than the first.
 """
 
@@ -218,7 +218,7 @@ def report_lines(sets: list[str], runs: dict[str, dict[str, Any]], compared: dic
             lines.extend(f"    {d}" for d in c["largest_ratios"])
         else:
             lines.append("  timing ratios: none timed")
-        lines.append("targets (issue 21):")
+        lines.append("two-GPU targets:")
         lines.append(f"  {'met' if not c['verdict_differences'] else 'NOT MET':<9}identical verdicts")
         within = c["largest_ratio_difference"] is not None and c["largest_ratio_difference"] <= RATIO_TARGET
         lines.append(f"  {'met' if within else 'NOT MET':<9}every ratio within {RATIO_TARGET:.0%}")

@@ -16,7 +16,7 @@ solutions' runs included) where the grader wrote one, else the time measured aro
 
 Prints one table of per-stage seconds per run (with, for a pipeline run, each GPU's holds, why it idled between them
 and its pace per notebook, from schedule.json's timeline), one comparison block (verdicts, timing ratios, GPU-
-exclusive seconds, issue 16's targets) and one projection block: the wall time of a class (300 students x every
+exclusive seconds, the throughput targets) and one projection block: the wall time of a class (300 students x every
 course notebook but the bonus by default) on 1 GPU, one 8-GPU node and a Slurm cluster of 4 such nodes. The model is
 in bench/throughput.py's docstring (the simulation: bench/pipeline_simulation.py) and is printed with its
 parameters; every number in it is measured or one of them. Notebooks not measured are extrapolated from the measured
@@ -205,7 +205,7 @@ def comparison(serial: dict[str, Any], pipeline: dict[str, Any],
     gpus = len(listed) if listed is not None else None
     w1d7_rate = pipeline["per_hour"] if notebooks == [tp.W1D7] else None
     goals = tp.targets(second, w1d7_rate, gpus, verdicts, ratio_diffs)
-    lines.append("targets (issue 16):")
+    lines.append("throughput targets:")
     lines += [f"  {t.mark:<14}{t.name}: {t.measured}" for t in goals]
     data = {"seeds": seeds, "verdict_differences": [asdict(d) for d in verdicts],
             "items_compared": tp.item_count(first),
@@ -216,7 +216,7 @@ def comparison(serial: dict[str, Any], pipeline: dict[str, Any],
 
 
 def alone_block(modes: dict[str, dict[str, Any]], notebooks: list[str]) -> tuple[list[str], dict[str, Any]]:
-    """What one run alone shows: its GPU-exclusive seconds and rate against issue 16's throughput targets."""
+    """What one run alone shows: its GPU-exclusive seconds and rate against the throughput targets."""
     (mode, data), = modes.items()
     lines = [f"{mode} alone: nothing to compare its verdicts and ratios with (grade both modes for that)"]
     if mode != "pipeline":
@@ -224,7 +224,7 @@ def alone_block(modes: dict[str, dict[str, Any]], notebooks: list[str]) -> tuple
     listed = schedule_gpus(data["schedule"])
     rate = data["per_hour"] if notebooks == [tp.W1D7] else None
     goals = tp.targets(data["records"], rate, len(listed) if listed is not None else None, [], [])[:2]
-    lines.append("targets (issue 16) this run can show:")
+    lines.append("throughput targets this run can show:")
     lines += [f"  {t.mark:<14}{t.name}: {t.measured}" for t in goals]
     return lines, {"targets": [{**asdict(t), "mark": t.mark} for t in goals]}
 
@@ -335,7 +335,7 @@ def projection(args: argparse.Namespace, measured: list[dict[str, tp.NotebookCos
     if args.class_students == 300 and len(costs) == 14 and args.node_gpus == 8:
         met = "not measured (graded on a CPU)" if any(d.startswith("CPU") for d in devices) \
             else "met" if rows[1]["wall_seconds"] <= 7200 else "NOT MET"
-        lines.append(f"  target (issue 16): the 300 x 14 class under 2 h on one 8-GPU node: {met} "
+        lines.append(f"  throughput target: the 300 x 14 class under 2 h on one 8-GPU node: {met} "
                      f"(projected {rows[1]['wall_seconds'] / 3600:.2f} h)")
     checks = [model_check(name, data, args) for name, data in batches.items() if data["records"]]
     for check in checks:

@@ -53,7 +53,7 @@ W1D7 = "week1/day7_fast_matmul"
 # Stages in the order a notebook goes through them (seconds); any other numeric key is listed after these.
 STAGES = ("notebook", "kernel_start", "recording", "frozen", "gpu_alone", "build", "compile", "replay", "judge",
           "judge_compile", "gpu_wait", "gpu_exclusive", "drain", "total")
-# The stages the grader is meant to write (issue 16): any of them no result recorded is named in the output.
+# The stages the grader is meant to time: any of them no result recorded is named in the output.
 EXPECTED = ("notebook", "build", "compile", "replay", "judge", "gpu_exclusive", "gpu_wait", "frozen")
 CPU_STAGES = ("notebook", "build", "compile", "replay", "judge")
 BUILD_STAGES = ("build", "compile", "replay")
@@ -254,8 +254,9 @@ def graded_on_cpu(records: Sequence[Record]) -> bool:
 
 def targets(pipeline: Sequence[Record], w1d7_per_hour: float | None, gpus: int | None,
             verdicts: Sequence[VerdictDifference], ratio_diffs: Sequence[RatioDifference]) -> list[Target]:
-    """Issue 16's targets, judged from the measurement. ``w1d7_per_hour`` is None where the batch was not
-    Week 1 Day 7 alone; ``gpus`` is the pipeline's GPU count (None where the grader did not record it)."""
+    """The grading-throughput targets (each one's name states it), judged from the measurement. ``w1d7_per_hour``
+    is None where the batch was not Week 1 Day 7 alone; ``gpus`` is the pipeline's GPU count (None where the
+    grader did not record it)."""
     found = []
     exclusive = exclusive_seconds(pipeline, W1D7)
     found.append(Target("GPU-exclusive time per W1D7 notebook <= 10 s (the largest)",
@@ -474,7 +475,7 @@ def _active(spans: Sequence[tuple[float, float]], t: float) -> int:
     return sum(start <= t < end for start, end in spans)
 
 
-CLASS_NOTEBOOKS = 300 * 14  # issue 16's class: 300 students x the course's 14 notebooks
+CLASS_NOTEBOOKS = 300 * 14  # the course's class: 300 students x its 14 notebooks
 
 
 @dataclass(frozen=True)
@@ -553,7 +554,7 @@ def gpu_timelines(schedule: dict[str, Any] | None, step: float = 0.1) -> list[Gp
 
 def timeline_lines(timelines: Sequence[GpuTimeline], periods: Sequence[Period] = ()) -> list[str]:
     """One line per GPU: held share, first and last hold, and its idle seconds between them by cause; then, from
-    ``periods``, the pace per notebook and the class of issue 16 projected at that pace."""
+    ``periods``, the pace per notebook and the course's class (``CLASS_NOTEBOOKS``) projected at that pace."""
     lines = []
     for t in timelines:
         if t.first_hold is None:

@@ -1,5 +1,5 @@
 """bench/gpu_scaling.py on synthetic grading runs: utilisation read from nvidia-smi's CSV, the comparison of each
-GPU set with the first, and issue 21's targets met or not from the numbers."""
+GPU set with the first, and the two-GPU targets met or not from the numbers."""
 
 from __future__ import annotations
 
