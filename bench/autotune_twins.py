@@ -16,19 +16,19 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import throughput as tp
+from bench.graded_results import Record, read_results
 
 TOLERANCE = 0.02  # the two copies must agree this closely
 
 
-def _rows(records: list[tp.Record], student: str, notebook: str) -> list[dict[str, Any]]:
+def _rows(records: list[Record], student: str, notebook: str) -> list[dict[str, Any]]:
     found = [r for r in records if r.student == student and r.notebook == notebook]
     if not found:
         raise SystemExit(f"no graded {notebook} of {student}")
     return found[0].perf_rows
 
 
-def compare(records: list[tp.Record], student: str, twin: str, notebook: str) -> dict[str, Any]:
+def compare(records: list[Record], student: str, twin: str, notebook: str) -> dict[str, Any]:
     """Per shape, both copies' ratios (to the reference and to the library) and their relative difference."""
     shapes = []
     for first, second in zip(_rows(records, student, notebook), _rows(records, twin, notebook), strict=True):
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--notebook", default="week2/day7_optimized_gemm")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    report = compare(tp.read_results(args.out, [args.notebook]), args.student, args.twin, args.notebook)
+    report = compare(read_results(args.out, [args.notebook]), args.student, args.twin, args.notebook)
     for e in report["shapes"]:
         shape = "x".join(map(str, e["shape"]))
         cells = [f"{n}: {e[n]['vs_reference']:.3f} of ref, {e[n]['vs_library']:.3f} of library (graded "

@@ -46,6 +46,7 @@ import psutil
 from bench import judge_spans as spans
 from bench import pipeline_simulation as pipesim
 from bench import throughput as tp
+from bench.graded_results import read_results, read_schedule
 from grader.authoring import demo
 from grader.flow.schedule import JUDGES_PER_GPU
 from grader.flow.settings import RUNS_PER_GPU
@@ -141,8 +142,8 @@ def stop_with_stacks(grader: subprocess.Popen) -> int:
 
 def read_mode(work: Path, mode: str, notebooks: list[str]) -> dict[str, Any]:
     run = json.loads((work / f"{mode}.json").read_text(encoding="utf-8"))
-    schedule = tp.read_schedule(work / mode)
-    records = tp.read_results(work / mode, notebooks)
+    schedule = read_schedule(work / mode)
+    records = read_results(work / mode, notebooks)
     wall = schedule["wall_seconds"] if schedule and schedule.get("wall_seconds") else run["wall_seconds"]
     return {"records": records, "run": run, "schedule": schedule, "wall_seconds": wall,
             "wall_from": "the grader's schedule.json" if schedule and schedule.get("wall_seconds")
@@ -459,8 +460,8 @@ def main(argv: list[str] | None = None) -> int:
                                           spans.judge_splits(pipeline["records"], pipeline["schedule"])))
         batches["the pipeline batch"] = pipeline
     for out in args.from_out:
-        records = tp.read_results(out)
-        schedule = tp.read_schedule(out)
+        records = read_results(out)
+        schedule = read_schedule(out)
         measured.append(tp.notebook_costs(records, f"measured in {out}", spans.judge_splits(records, schedule)))
         if schedule and schedule.get("wall_seconds"):
             batches[str(out)] = {"records": records, "schedule": schedule, "wall_seconds": schedule["wall_seconds"]}

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from bench.throughput import Record
+from bench.graded_results import Record
 
 REFERENCE = "reference "  # the label the grader gives a reference solution's stages ("reference <notebook>")
 

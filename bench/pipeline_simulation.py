@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from bench.graded_results import Record
 from bench.judge_spans import (
     REFERENCE,
     JudgeSplit,
@@ -21,7 +22,7 @@ from bench.judge_spans import (
     label,
     timeline_spans,
 )
-from bench.throughput import NotebookCost, Record, build_seconds
+from bench.throughput import NotebookCost, build_seconds
 
 
 @dataclass(frozen=True)

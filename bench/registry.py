@@ -27,7 +27,7 @@ SUITE = tuple(Measurement(**entry) for entry in
               tomllib.loads((BENCH / "registry.toml").read_text(encoding="utf-8"))["measurement"])
 
 # Modules of bench/ that are no measurement of their own: the harness and what measurements import.
-LIBRARY = ("__init__", "__main__", "registry", "harness", "against_copy", "throughput", "judge_spans",
+LIBRARY = ("__init__", "__main__", "registry", "harness", "against_copy", "throughput", "graded_results", "judge_spans",
            "pipeline_simulation", "ncu_csv",
            "w1d7_limit_kernels", "w1d7_limit_profile", "w2d456_limit_kernels")
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from bench import autotune_twins
-from bench import throughput as tp
+from bench.graded_results import Record
 
 W2D7 = "week2/day7_optimized_gemm"
 
 
-def _record(student: str, rates: list[float]) -> tp.Record:
+def _record(student: str, rates: list[float]) -> Record:
     configs = {"picked": "BLOCK_M: 128", "run_picked": "BLOCK_M: 64"}
     rows = [{"spec": "w2d7", "shape": [n, n, n], "student_rate": rate, "reference_rate": 100.0, "baseline_rate": 120.0,
              "configs": configs} for n, rate in zip((4096, 8192), rates, strict=True)]
-    return tp.Record(student, W2D7, "ok", {}, {}, rows)
+    return Record(student, W2D7, "ok", {}, {}, rows)
 
 
 def test_two_copies_within_two_percent_pass_and_a_wider_gap_fails():

@@ -19,6 +19,7 @@ from bench import grading_throughput as script
 from bench import judge_spans as spans
 from bench import pipeline_simulation as pipesim
 from bench import throughput as tp
+from bench.graded_results import Record, read_results, read_schedule
 from grader.intake.layout import REPO
 from grader.score.results import ItemResult, NotebookResult
 
@@ -49,8 +50,8 @@ def row(student: float | None, baseline: float | None, reference: float | None,
 
 def record(student: str = "s", notebook: str = tp.W1D7, timings: dict[str, float] | None = None,
            scores: dict[str, float | None] | None = None, perf_rows: list[dict[str, Any]] | None = None,
-           status: str = "ok", device: str = H100) -> tp.Record:
-    return tp.Record(student, notebook, status, scores if scores is not None else {"test_a": 2.0}, timings or {},
+           status: str = "ok", device: str = H100) -> Record:
+    return Record(student, notebook, status, scores if scores is not None else {"test_a": 2.0}, timings or {},
                      perf_rows or [], device, 7)
 
 
@@ -59,18 +60,18 @@ def test_read_results_leaves_out_missing_notebooks_and_others_not_asked_for(tmp_
                  scores={"test_a": 2.0, "test_b": None}, perf_rows=[row(900.0, 1000.0, 950.0)])
     write_result(tmp_path, "a", DAY1)
     write_result(tmp_path, "b", status="missing", scores={})
-    found = tp.read_results(tmp_path, [tp.W1D7])
+    found = read_results(tmp_path, [tp.W1D7])
     assert [r.key for r in found] == [("a", tp.W1D7)]
     assert found[0].timings == {"notebook": 20.0, "judge": 9.5}
     assert found[0].scores == {"test_a": 2.0, "test_b": None}
     assert found[0].perf_rows[0]["student_rate"] == 900.0 and found[0].device == H100 and found[0].run_seed == 7
-    assert {r.notebook for r in tp.read_results(tmp_path)} == {tp.W1D7, DAY1}
+    assert {r.notebook for r in read_results(tmp_path)} == {tp.W1D7, DAY1}
 
 
 def test_schedule_json_is_read_where_the_grader_wrote_it(tmp_path):
-    assert tp.read_schedule(tmp_path) is None
+    assert read_schedule(tmp_path) is None
     (tmp_path / "schedule.json").write_text(json.dumps({"schedule": "pipeline", "gpus": ["0"], "wall_seconds": 12.5}))
-    assert tp.read_schedule(tmp_path)["wall_seconds"] == 12.5
+    assert read_schedule(tmp_path)["wall_seconds"] == 12.5
 
 
 def test_stage_statistics_count_absent_stages_as_absent_not_zero():
@@ -350,7 +351,7 @@ def test_on_a_gpu_the_pipeline_gives_the_serial_verdicts_and_records_its_exclusi
     assert report["comparison"]["verdict_differences"] == []
     diffs = report["comparison"]["ratio_differences"]
     assert diffs and all(math.isfinite(d["relative"]) for d in diffs)
-    pipeline = tp.read_results(tmp_path / "pipeline", [tp.W1D7])
+    pipeline = read_results(tmp_path / "pipeline", [tp.W1D7])
     assert len(pipeline) == 2 and all(r.timings.get("gpu_exclusive", 0) > 0 for r in pipeline)
 
 
