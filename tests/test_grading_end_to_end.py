@@ -194,6 +194,19 @@ def test_a_grading_run_draws_no_teaching_picture(graded):
     assert not drawn, f"pictures drawn while grading: {sorted(drawn)}"
 
 
+def test_no_cell_of_a_solution_raises(graded):
+    """The grader runs on past a cell that raises (allow_errors), so a solution's scores alone would not show a
+    cell that stops a student's Run All; every cell of every solution must run without an error."""
+    _, out, _, _, _ = graded
+    executed = sorted((out / "runs" / "fast_correct").glob("*/*/executed.ipynb"))
+    assert len(executed) == len(course_notebooks())
+    raised = {f"{path.parent.parent.name}/{path.parent.name} cell {index}": f"{output['ename']}: {output['evalue']}"
+              for path in executed
+              for index, cell in enumerate(nbformat.read(str(path), as_version=4).cells)
+              for output in cell.get("outputs", []) if output.get("output_type") == "error"}
+    assert not raised, raised
+
+
 # Demo students whose mistake only a GPU shows (on a CPU they earn what fast_correct earns).
 SAME_AS_CORRECT_ON_A_CPU = {("too_many_stages", "week2/day4_pipelining")}  # the interpreter ignores num_stages
 
