@@ -99,7 +99,7 @@ def draw_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
 
 
 # Rows that are no multiple of a block (3, 7, 1000, 4097), a single row and a row of 16,384 (the longest a program
-# holds whole); the benchmark has 4096 rows of 8192 (64 MiB of fp16), 16384 rows of 4096 and 8192 rows of 5000.
+# holds whole); the benchmark has 16384 rows of 8192 (256 MiB of fp16), 32768 rows of 4096 and 16384 rows of 5000.
 _VISIBLE = ShapeSet(gpu=((64, 1024), (100, 1000), (1, 7)), cpu=((8, 256), (10, 100), (1, 7)))
 _HIDDEN = ShapeSet(gpu=((1000, 3), (37, 4097), (3, 16384), (2049, 768)),
                    cpu=((30, 3), (7, 1025), (2, 4096), (65, 33)))
