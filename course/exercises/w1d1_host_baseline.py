@@ -6,8 +6,8 @@ speed could only be the student's own claim: the notebook shows it and grades no
 
 ``w1d1.median_time_ms``: a host timer done right, judged on a workload whose true steady-state time
 the spec knows from the shape. The workload is slow for its first ``W`` calls (the warm-up the timer
-is told to skip), then its steady calls vary around the true time and a quarter of the timed calls
-are slow outliers. Only a timer that skips the warm-up and takes the median of the timed calls lands
+is told to skip), then its steady calls vary around the true time and a seventh to a quarter of the
+timed calls are slow outliers. Only a timer that skips the warm-up and takes the median of the timed calls lands
 within the accepted band on every shape: the mean, the minimum, a median that includes the warm-up,
 and a single call all miss it (the course's own tests check each on every shape).
 
@@ -191,7 +191,7 @@ def draw_timer_hidden(rng: random.Random, has_gpu: bool) -> tuple[Shape, ...]:
 
 
 # Odd repeats (one middle call); warm-up at least half the repeats, so a timer that forgets to skip it
-# counts a majority of cold calls. Each shape takes 40 to 65 steady times: 0.5 to 1.3 s.
+# counts a majority of cold calls. Each shape takes 30 to 77 steady times: 0.35 to 1.6 s.
 _TIMER_VISIBLE = ((16000, 6, 11), (12000, 4, 7))
 _TIMER_HIDDEN = ((20000, 8, 15), (14000, 5, 9))
 
