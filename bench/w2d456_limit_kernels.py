@@ -2,13 +2,14 @@
 
 Every variant stays inside its day's technique:
 
-- Day 4 (software pipelining): the solution notebook's ``matmul_kernel`` (pointer loads, a 2-D grid in row-major
-  tile order, ``pid_m = program_id(0)``) with other tiles, warps and stages, and the same body in grouped tile
-  order (``_grouped_kernel`` below: the notebook's kernel with Day 5's ``tile_coordinates`` in front);
+- Day 4 (software pipelining): the solution notebook's ``matmul_kernel`` (pointer loads, a 2-D grid, ``pid_m =
+  program_id(0)``, which varies fastest: a wave goes down columns of tiles) with other tiles, warps and stages, and
+  the same body in grouped tile order (``_grouped_kernel`` below: the notebook's kernel with Day 5's
+  ``tile_coordinates`` in front);
 - Day 5 (TMA descriptors): the solution notebook's ``matmul_tma_kernel`` (host-side ``TensorDescriptor``s, grouped
   order) with other tiles, warps and stages;
 - Day 6 (tensor cores): the solution notebook's ``matmul_kernel`` (``tl.dot`` with an fp32 accumulator, the same
-  2-D row-major grid) with other tiles, warps and stages, fp16 and bf16; one informational row runs the grouped
+  2-D grid) with other tiles, warps and stages, fp16 and bf16; one informational row runs the grouped
   kernel (tile order is Day 4's/7's lever, not Day 6's).
 
 The reference entries call the notebook's own graded wrapper (``matmul``, ``matmul_tma``, ``matmul_fp16`` /

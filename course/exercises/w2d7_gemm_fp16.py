@@ -156,7 +156,7 @@ MATMUL_FP16 = register(
             # precision). The course's design notes record a plain grouped tl.dot kernel at 0.87 of cuBLAS
             # fp16 at 4096 and 0.96 at 8192 on an H100, so the full band is within reach without
             # persistence or TMA; bench/gemm_fp16_sweep.py in the course's online repository measures that kernel again
-            # (plain_one_tile). The 0.80 is the issue's. Measured on an H100 (bench/RESULTS.md and
+            # (plain_one_tile). The 0.80 is the course's aim. Measured on an H100 (bench/RESULTS.md and
             # bench/gemm_fp16_sweep.py in the course's online repository): the graded autotuned reference reached 1.00
             # of cuBLAS fp16 (geometric mean of the three shapes), the plain one-tile-per-program grouped kernel 0.958,
             # row-major order 0.959.
