@@ -28,7 +28,7 @@ TRIGGER = re.compile(rf"\b{GPU_NAMES}\b|\bmeasured\b|\bdatasheet\b", re.IGNORECA
 NUMBER = r"\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
 UNIT = (
     r"(?:\s*(?:[GT]B/s|[GT]FLOP/s|ns\b|µs|us\b|ms\b|[MG]Hz|W\b|%)|x\b"
-    r"|\s+of\s+(?:cuBLAS|torch|copy|the\s+reference|peak))"
+    r"|\s+of\s+(?:the\s+)?(?:cuBLAS|torch|copy|reference|peak|library))"
 )
 CLAIM = re.compile(
     rf"(?<![\w.])(?:[x×]{NUMBER}\b|{NUMBER}(?:\s*(?:-|–|to)\s*{NUMBER})?{UNIT})"
@@ -334,6 +334,12 @@ def test_an_unsourced_number_fails() -> None:
     )
     problems = check_notebook("fixture", cells, [])
     assert len(problems) == 1 and "'812 GB/s' has no registry entry" in problems[0], problems
+
+
+@pytest.mark.parametrize("ratio", ["0.94 of the copy", "0.9 of the library", "0.91 of the reference", "0.83 of torch"])
+def test_a_ratio_to_a_yardstick_is_a_claim(ratio: str) -> None:
+    problems = check_notebook("fixture", _fixture_cells(f"On an H100 it reached {ratio} at 5003 x 12007."), [])
+    assert len(problems) == 1 and f"'{ratio}' has no registry entry" in problems[0], problems
 
 
 def test_an_entry_whose_source_does_not_hold_its_number_fails(tmp_path: Path) -> None:
