@@ -10,9 +10,10 @@ judge's, the reference's plan and the library timed in the same rounds with the 
 exercise and benchmark shape the table gives the reference's rate, the library's, their ratio, the ceiling that
 applies and the reference's fraction of it. The ceiling of a GB/s exercise is the copy bandwidth this script
 measures first (``torch`` copy of 1 GiB, read + write); of a GFLOP/s exercise, the datasheet peak of its precision
-(``course.peaks``, dense), named as such. ``--from`` tabulates the references of an OUT graded earlier on a GPU;
-``--markdown`` prints a JSON report as the Markdown table of bench/RESULTS.md and the README. On a machine
-without a GPU it says so and exits 0: nothing is measured.
+(``course.peaks``, dense), named as such. ``--from`` tabulates the references of an OUT graded earlier on a GPU,
+on any machine (the GPU's name from the stamp the grader wrote beside each reference; without a GPU, the copy
+bandwidth only from ``--copy-gbps``); ``--markdown`` prints a JSON report as the Markdown table of bench/RESULTS.md
+and the README. Anything else, on a machine without a GPU, says so and exits 0: nothing is measured.
 """
 
 from __future__ import annotations
@@ -185,25 +186,42 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--notebooks", default=None, help="comma-separated notebook keys (default: every notebook)")
     p.add_argument("--work", type=Path, default=REPO / "build" / "bench", help="(default: %(default)s)")
     p.add_argument("--from", dest="from_out", type=Path, default=None, help="tabulate this OUT's references")
-    p.add_argument("--device-name", default=None, help="with --from: the GPU it was graded on (default: GPU 0's)")
+    p.add_argument("--device-name", default=None,
+                   help="with --from: the GPU it was graded on (default: the one its references name)")
     p.add_argument("--copy-gbps", type=float, default=None, help="with --from: the copy bandwidth (default: measured)")
     p.add_argument("--json", type=Path, default=None, help="also write the report here (default: WORK/bench.json)")
     p.add_argument("--markdown", type=Path, default=None, help="print this JSON report as Markdown, measure nothing")
     return p
 
 
+def graded_on(out: Path) -> str | None:
+    """The GPU OUT's references were graded on, from the stamp the grader writes beside each (its first line), or
+    None where they name none or several."""
+    stamps = (out / "reference").glob("*/*/device.txt")
+    names = {stamp.read_text(encoding="utf-8").split("\n", 1)[0] for stamp in stamps}
+    return names.pop() if len(names) == 1 else None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.markdown is not None:
+        if not args.markdown.is_file():
+            print(f"no report at {args.markdown}: `make bench` writes one on a GPU", file=sys.stderr)
+            return 2
         print(markdown(json.loads(args.markdown.read_text(encoding="utf-8"))))
         return 0
     import torch
 
     has_gpu = torch.cuda.is_available()
-    if not has_gpu and (args.from_out is None or args.device_name is None):
+    if not has_gpu and args.from_out is None:
         print("make bench measures the reference solutions on a GPU; this machine has none: nothing measured")
         return 0
-    device_name = args.device_name or torch.cuda.get_device_name(0)
+    device_name = args.device_name or (graded_on(args.from_out) if args.from_out is not None else None) \
+        or (torch.cuda.get_device_name(0) if has_gpu else None)
+    if device_name is None:
+        print(f"{args.from_out}'s references name no one GPU they were graded on: give it with --device-name",
+              file=sys.stderr)
+        return 2
     copy_gbps = args.copy_gbps if args.copy_gbps is not None or not has_gpu else copy_bandwidth()
     notebooks = set(args.notebooks.split(",")) if args.notebooks else None
     out = args.from_out if args.from_out is not None else grade_references(args.work, notebooks)

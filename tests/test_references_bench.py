@@ -60,3 +60,22 @@ def test_the_commit_says_when_the_tree_differs_from_it(tmp_path, monkeypatch):
     assert script.checkout_commit() == clean + "+changes"
     monkeypatch.setattr(script, "REPO", tmp_path)  # not a checkout
     assert script.checkout_commit() is None
+
+
+def test_an_out_graded_earlier_is_tabulated_without_a_gpu_under_the_gpu_its_references_name(tmp_path, capsys):
+    _verdict(tmp_path, "week1/day7_fast_matmul", "w1d7.matmul_fp32",
+             [{"shape": [4096, 4096, 4096], "student_ms": 4.0, "baseline_ms": 3.2, "error": None}])
+    (tmp_path / "reference/week1/day7_fast_matmul/device.txt").write_text("NVIDIA H100 80GB HBM3\n0.9\nnull\n")
+    assert script.main(["--from", str(tmp_path), "--json", str(tmp_path / "r.json")]) == 0
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["gpu"] == "NVIDIA H100 80GB HBM3" and data["rows"][0]["ceiling_name"] == "datasheet fp32 (H100 SXM)"
+    _verdict(tmp_path, "week1/day5_memory", "w1d5.copy", [{"shape": [2**28], "student_ms": 1.0, "baseline_ms": 1.0}])
+    (tmp_path / "reference/week1/day5_memory/device.txt").write_text("NVIDIA H200\n0.9\nnull\n")
+    capsys.readouterr()
+    assert script.main(["--from", str(tmp_path)]) == 2  # two GPUs named: which one is for the caller to say
+    assert "give it with --device-name" in capsys.readouterr().err
+
+
+def test_a_missing_report_is_named_not_a_traceback(tmp_path, capsys):
+    assert script.main(["--markdown", str(tmp_path / "bench.json")]) == 2
+    assert f"no report at {tmp_path / 'bench.json'}" in capsys.readouterr().err
