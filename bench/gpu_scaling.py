@@ -219,7 +219,10 @@ def report_lines(sets: list[str], runs: dict[str, dict[str, Any]], compared: dic
         else:
             lines.append("  timing ratios: none timed")
         lines.append("two-GPU targets:")
-        lines.append(f"  {'met' if not c['verdict_differences'] else 'NOT MET':<9}identical verdicts")
+        if not c["items_compared"]:
+            lines.append("  not measured: identical verdicts (no item was graded)")
+        else:
+            lines.append(f"  {'met' if not c['verdict_differences'] else 'NOT MET':<9}identical verdicts")
         within = c["largest_ratio_difference"] is not None and c["largest_ratio_difference"] <= RATIO_TARGET
         lines.append(f"  {'met' if within else 'NOT MET':<9}every ratio within {RATIO_TARGET:.0%}")
         fast = c["speed_up"] is not None and c["speed_up"] >= SPEED_UP_TARGET

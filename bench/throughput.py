@@ -230,8 +230,11 @@ def targets(pipeline: Sequence[Record], w1d7_per_hour: float | None, gpus: int |
         found.append(Target(">= 300 W1D7 notebooks per hour on one GPU", w1d7_per_hour >= 300.0,
                             f"{w1d7_per_hour:.0f}/h" + (" (GPU count not recorded by the grader)"
                                                         if gpus is None else "")))
-    found.append(Target("verdicts identical to the one-at-a-time run", not verdicts,
-                        "identical" if not verdicts else f"{len(verdicts)} differ"))
+    if not item_count(pipeline):
+        found.append(Target("verdicts identical to the one-at-a-time run", None, "no item was graded"))
+    else:
+        found.append(Target("verdicts identical to the one-at-a-time run", not verdicts,
+                            "identical" if not verdicts else f"{len(verdicts)} differ"))
     if not ratio_diffs:
         found.append(Target("every timing ratio within 3% of the one-at-a-time run", None,
                             "no ratio was timed in either run (on a CPU nothing is timed)"))

@@ -48,6 +48,16 @@ def test_two_gpus_against_one_targets_met(tmp_path, capsys):
     assert report["compared"]["0,1"]["speed_up"] == 2.0 and report["runs"]["0"]["notebooks"] == 2
 
 
+def test_sets_that_graded_nothing_meet_no_verdict_target(tmp_path, capsys):
+    for gpus in ("0", "0,1"):  # e.g. both gradings refused: no CUDA GPU
+        (tmp_path / script.run_name(gpus)).mkdir()
+        (tmp_path / f"{script.run_name(gpus)}.json").write_text(json.dumps({"command": [], "returncode": 2,
+                                                                             "wall_seconds": 1.0}))
+    assert script.main(["--reuse", "--work", str(tmp_path), "--notebooks", tp.W1D7]) == 0
+    printed = capsys.readouterr().out
+    assert "not measured: identical verdicts (no item was graded)" in printed and "met      identical" not in printed
+
+
 def test_a_slower_second_set_a_changed_verdict_and_a_moved_ratio_each_miss_their_target(tmp_path, capsys):
     _run(tmp_path, "0", 100.0, 900.0, 2.0)
     _run(tmp_path, "0,1", 60.0, 950.0, 0.0)

@@ -152,6 +152,8 @@ def test_targets_not_measured_say_so_rather_than_pass_or_fail():
     assert two.met is None and "2 GPUs" in two.measured
     unknown = tp.targets(gpu, 400.0, None, [], [])[1]
     assert unknown.met is True and "not recorded" in unknown.measured
+    nothing = tp.targets([record(scores={})], None, 1, [], [])[2]  # a run that graded no item compares nothing
+    assert nothing.met is None and nothing.measured == "no item was graded"
 
 
 def test_a_notebooks_cost_is_the_mean_of_its_stage_times_in_the_models_terms():
