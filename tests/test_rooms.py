@@ -192,3 +192,14 @@ def test_no_grader_module_is_over_450_lines():
     long = {str(f.relative_to(REPO)): n for f in (REPO / "grader").rglob("*.py")
             if (n := len(f.read_text(encoding="utf-8").splitlines())) > 450}
     assert long == {}
+
+
+def test_the_architecture_page_names_every_module():
+    """docs/ARCHITECTURE.md names each module of the grader and the course (a day's spec module by its family,
+    `w1d1_host_baseline.py` ... `w3d5_flash_attention.py`), so a newcomer finds every file's job there."""
+    page = (REPO / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    modules = [path for package in ("grader", "course") for path in sorted((REPO / package).rglob("*.py"))
+               if path.name not in ("__init__.py", "__main__.py")
+               and not (path.parent.name == "exercises" and path.name[:2] in ("w1", "w2", "w3"))]
+    unnamed = [str(path.relative_to(REPO)) for path in modules if path.name not in page]
+    assert not unnamed, f"docs/ARCHITECTURE.md does not name: {unnamed}"
